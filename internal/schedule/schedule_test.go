@@ -1,0 +1,108 @@
+package schedule
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestScoreTerms(t *testing.T) {
+	w := DefaultWeights()
+	s := Score(w, 10, 16, []Candidate{
+		{Worker: "a", DeviceOverlap: 4, HostOverlap: 4, DiskOverlap: 4}, // 10-4-3-1 = 2
+		{Worker: "b", DeviceOverlap: 12},                                 // clamps at 0
+		{Worker: "c", ActivePrefillTokens: 32, ActiveDecodeBlocks: 5, ActiveRequests: 3},
+	})
+	cases := []struct {
+		adj, cost float64
+	}{
+		{2, 2 + 10},
+		{0, 0 + 10},
+		{10, 10 + 2 + 15},
+	}
+	for i, c := range cases {
+		if s[i].AdjustedPrefill != c.adj || s[i].Cost != c.cost {
+			t.Errorf("%s: adjusted %v cost %v, want %v %v", s[i].Worker, s[i].AdjustedPrefill, s[i].Cost, c.adj, c.cost)
+		}
+	}
+	w.RequestWeight = 2
+	if got := Score(w, 10, 16, []Candidate{{ActiveRequests: 3}})[0].Cost; got != 10+10+6 {
+		t.Errorf("request weight: cost %v, want 26", got)
+	}
+}
+
+func TestChooseGreedy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tests := []struct {
+		name  string
+		costs []float64
+		trees []int
+		want  int
+	}{
+		{"cheapest", []float64{3, 1, 2}, []int{0, 0, 0}, 1},
+		{"tie to smaller tree", []float64{1, 1, 2}, []int{9, 4, 0}, 1},
+		{"empty", nil, nil, -1},
+	}
+	for _, tc := range tests {
+		s := make([]Scored, len(tc.costs))
+		for i := range s {
+			s[i].Cost, s[i].TreeSize = tc.costs[i], tc.trees[i]
+		}
+		if got := Choose(s, 0, rng); got != tc.want {
+			t.Errorf("%s: chose %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestChooseTieIsRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := []Scored{{Cost: 1}, {Cost: 1}}
+	seen := map[int]int{}
+	for range 200 {
+		seen[Choose(s, 0, rng)]++
+	}
+	if seen[0] == 0 || seen[1] == 0 {
+		t.Fatalf("equal candidates not both chosen: %v", seen)
+	}
+}
+
+func TestChooseTemperature(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := []Scored{{Cost: 0}, {Cost: 10}}
+	count := [2]int{}
+	const n = 20000
+	for range n {
+		count[Choose(s, 1, rng)]++
+	}
+	// p1/p0 = exp(-1) ≈ 0.368 → p0 ≈ 0.731.
+	p0 := float64(count[0]) / n
+	if p0 < 0.70 || p0 > 0.76 {
+		t.Fatalf("p(cheapest) = %.3f, want ≈ 0.731", p0)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	l := NewLoad()
+	r := Rank{"w", 1}
+	l.Start("a", r, 100, 7)
+	l.Start("a", r, 100, 7) // duplicate ignored
+	l.Start("b", r, 50, 3)
+	if got := l.Of(r); got != (RankLoad{PrefillTokens: 150, DecodeBlocks: 10, Requests: 2}) {
+		t.Fatalf("after start: %+v", got)
+	}
+	l.Prefilled("a")
+	l.Prefilled("a")
+	if got := l.Of(r); got.PrefillTokens != 50 {
+		t.Fatalf("after prefill: %+v", got)
+	}
+	l.Finish("a")
+	l.Finish("b")
+	l.Finish("b")
+	if got := l.Of(r); got != (RankLoad{}) {
+		t.Fatalf("after finish: %+v", got)
+	}
+	l.Start("c", r, 1, 1)
+	l.Forget("w")
+	if got := l.Of(r); got != (RankLoad{}) {
+		t.Fatalf("after forget: %+v", got)
+	}
+}
