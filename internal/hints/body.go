@@ -1,0 +1,374 @@
+package hints
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrBadBody marks a request body a hint cannot be placed in or stripped
+// from.
+var ErrBadBody = errors.New("hints: bad request body")
+
+// Placement is where a worker's engine reads hints in a request body.
+type Placement uint8
+
+const (
+	PlaceVLLM      Placement = iota // kv_transfer_params.kv_hint, envelope
+	PlaceVLLMOld                    // kv_transfer_params.router_hint, flat
+	PlaceSGLang                     // top-level kv_hints, envelope
+	PlaceSGLangOld                  // top-level kv_router_hint, flat
+)
+
+var placementNames = [...]string{
+	PlaceVLLM:      placementVLLM,
+	PlaceVLLMOld:   placementVLLMOld,
+	PlaceSGLang:    placementSGLang,
+	PlaceSGLangOld: placementSGLangOld,
+}
+
+func (p Placement) String() string {
+	if int(p) < len(placementNames) {
+		return placementNames[p]
+	}
+	return "unknown"
+}
+
+// ParsePlacement reads a placement as written in configuration.
+func ParsePlacement(s string) (Placement, error) {
+	for p, name := range placementNames {
+		if s == name {
+			return Placement(p), nil
+		}
+	}
+	return 0, fmt.Errorf("hints: placement %q: want one of %q", s, placementNames)
+}
+
+// key returns the hint's member name, whether it sits inside
+// kv_transfer_params rather than at the top level, and whether it holds an
+// envelope rather than the flat form.
+func (p Placement) key() (key string, nested, envelope bool) {
+	switch p {
+	case PlaceVLLMOld:
+		return keyVLLMHintOld, true, false
+	case PlaceSGLang:
+		return keySGLangHint, false, true
+	case PlaceSGLangOld:
+		return keySGLangHintOld, false, false
+	}
+	return keyVLLMHint, true, true
+}
+
+func topLevelHint(key string) bool { return key == keySGLangHint || key == keySGLangHintOld }
+func nestedHint(key string) bool   { return key == keyVLLMHint || key == keyVLLMHintOld }
+
+// Strip removes every hint field a client may have put in a request body
+// (kv_transfer_params.router_hint, kv_transfer_params.kv_hint, kv_hints,
+// kv_router_hint), so that hints only ever name endpoints registered
+// workers advertised. Everything else is kept byte for byte, including
+// numbers and whitespace. It reports whether anything was removed; when
+// nothing was, out is body itself.
+func Strip(body []byte) (out []byte, stripped bool, err error) {
+	return rewrite(body, nil)
+}
+
+// Attach strips client hints from body and places h for request
+// messageID where p says the worker's engine reads it.
+func Attach(body []byte, p Placement, messageID string, h Hint) ([]byte, error) {
+	if err := h.check(); err != nil {
+		return nil, err
+	}
+	key, nested, envelope := p.key()
+	var member []byte
+	member = appendKey(member, key)
+	if envelope {
+		member = AppendEnvelope(member, messageID, h)
+	} else {
+		member = AppendFlat(member, h)
+	}
+	out, _, err := rewrite(body, &insert{member: member, nested: nested})
+	return out, err
+}
+
+// insert is a member to add: at the top level, or into the last
+// kv_transfer_params (the one Python's json keeps when a key repeats).
+type insert struct {
+	member []byte
+	nested bool
+}
+
+func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
+	if !json.Valid(body) {
+		return nil, false, fmt.Errorf("%w: not valid JSON", ErrBadBody)
+	}
+	open := skipSpace(body, 0)
+	if body[open] != '{' {
+		return nil, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
+	}
+	top, closing := members(body, open)
+	lastParams := -1
+	for i, m := range top {
+		if m.key == keyKVTransferParams {
+			lastParams = i
+		}
+	}
+	stripped := false
+	var edits []edit
+	for i, m := range top {
+		switch {
+		case topLevelHint(m.key):
+			edits = append(edits, edit{drop: true})
+			stripped = true
+			continue
+		case m.key != keyKVTransferParams:
+			edits = append(edits, edit{})
+			continue
+		}
+		var inner *insert
+		if ins != nil && ins.nested && i == lastParams {
+			inner = ins
+		}
+		v, changed, err := rewriteParams(body[m.value:m.end], inner)
+		if err != nil {
+			return nil, false, err
+		}
+		stripped = stripped || changed
+		if changed || inner != nil {
+			edits = append(edits, edit{value: v, replace: true})
+		} else {
+			edits = append(edits, edit{})
+		}
+	}
+	var extra []byte
+	if ins != nil {
+		extra = ins.member
+		if ins.nested {
+			extra = nil
+			if lastParams < 0 {
+				extra = appendKey(nil, keyKVTransferParams)
+				extra = append(append(extra, '{'), ins.member...)
+				extra = append(extra, '}')
+			}
+		}
+	} else if !stripped {
+		return body, false, nil
+	}
+	out := make([]byte, 0, len(body)+len(extra)+32)
+	out = append(out, body[:open]...)
+	out = writeObject(out, body[open:closing+1], shift(top, open), edits, extra)
+	out = append(out, body[closing+1:]...)
+	return out, stripped, nil
+}
+
+// rewriteParams strips hint keys from a kv_transfer_params value and, when
+// ins is set, adds the hint member to it. null turns into an object since
+// the engine reads kv_transfer_params as an optional object.
+func rewriteParams(v []byte, ins *insert) ([]byte, bool, error) {
+	if v[0] != '{' {
+		if ins != nil && bytes.Equal(v, []byte("null")) {
+			return append(append([]byte{'{'}, ins.member...), '}'), false, nil
+		}
+		if ins != nil {
+			return nil, false, fmt.Errorf("%w: %s: want an object or null to hold the hint", ErrBadBody, keyKVTransferParams)
+		}
+		return v, false, nil
+	}
+	ms, _ := members(v, 0)
+	edits := make([]edit, len(ms))
+	changed := false
+	for i, m := range ms {
+		if nestedHint(m.key) {
+			edits[i].drop = true
+			changed = true
+		}
+	}
+	if !changed && ins == nil {
+		return v, false, nil
+	}
+	var extra []byte
+	if ins != nil {
+		extra = ins.member
+	}
+	return writeObject(make([]byte, 0, len(v)+len(extra)), v, ms, edits, extra), changed, nil
+}
+
+// member is one "key": value pair, by offsets into its object.
+type member struct {
+	key               string
+	start, value, end int
+}
+
+type edit struct {
+	drop    bool
+	replace bool
+	value   []byte
+}
+
+func shift(ms []member, by int) []member {
+	out := make([]member, len(ms))
+	for i, m := range ms {
+		out[i] = member{key: m.key, start: m.start - by, value: m.value - by, end: m.end - by}
+	}
+	return out
+}
+
+// writeObject appends obj with edits applied to its members and extra (a
+// ready "key":value) added last. Separators and whitespace are copied from
+// obj: a kept member brings the text between the previous member's end and
+// its own value, so dropping members never leaves a stray comma.
+func writeObject(dst, obj []byte, ms []member, edits []edit, extra []byte) []byte {
+	if len(ms) == 0 {
+		dst = append(dst, '{')
+		dst = append(dst, extra...)
+		return append(dst, obj[1:]...)
+	}
+	dst = append(dst, obj[:ms[0].start]...)
+	kept := false
+	for i, m := range ms {
+		e := edits[i]
+		if e.drop {
+			continue
+		}
+		from := m.start
+		if kept {
+			from = ms[i-1].end
+		}
+		dst = append(dst, obj[from:m.value]...)
+		if e.replace {
+			dst = append(dst, e.value...)
+		} else {
+			dst = append(dst, obj[m.value:m.end]...)
+		}
+		kept = true
+	}
+	if extra != nil {
+		if kept {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, extra...)
+	}
+	return append(dst, obj[ms[len(ms)-1].end:]...)
+}
+
+// members lists the members of the object opening at b[open]; b must be
+// valid JSON. It returns them and the offset of the closing brace.
+func members(b []byte, open int) ([]member, int) {
+	var ms []member
+	i := skipSpace(b, open+1)
+	if b[i] == '}' {
+		return nil, i
+	}
+	for {
+		start := i
+		end := skipString(b, i)
+		key := string(b[i+1 : end-1])
+		if bytes.IndexByte(b[i:end], '\\') >= 0 {
+			// An escaped key must still match: a client could spell
+			// kv_hints as "kv\u005fhints" to smuggle a hint past Strip.
+			_ = json.Unmarshal(b[i:end], &key)
+		}
+		i = skipSpace(b, end)
+		i = skipSpace(b, i+1) // the colon
+		value := i
+		i = skipValue(b, i)
+		ms = append(ms, member{key: key, start: start, value: value, end: i})
+		i = skipSpace(b, i)
+		if b[i] == '}' {
+			return ms, i
+		}
+		i = skipSpace(b, i+1) // the comma
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the offset just past the string opening at b[i].
+func skipString(b []byte, i int) int {
+	for i++; ; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+}
+
+// skipValue returns the offset just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// Extract finds the hint an engine would read in body: current placements
+// before older ones and, where a key repeats, its last occurrence (as
+// Python's json keeps). found is false when no placement holds a non-null
+// value.
+func Extract(body []byte) (raw []byte, p Placement, found bool, err error) {
+	if !json.Valid(body) {
+		return nil, 0, false, fmt.Errorf("%w: not valid JSON", ErrBadBody)
+	}
+	open := skipSpace(body, 0)
+	if body[open] != '{' {
+		return nil, 0, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
+	}
+	top, _ := members(body, open)
+	var params []byte
+	for _, m := range top {
+		if m.key == keyKVTransferParams {
+			params = body[m.value:m.end]
+		}
+	}
+	var inner []member
+	if len(params) > 0 && params[0] == '{' {
+		inner, _ = members(params, 0)
+	}
+	for _, p := range []Placement{PlaceVLLM, PlaceSGLang, PlaceVLLMOld, PlaceSGLangOld} {
+		key, nested, _ := p.key()
+		src, ms := body, top
+		if nested {
+			src, ms = params, inner
+		}
+		var v []byte
+		for _, m := range ms {
+			if m.key == key {
+				v = src[m.value:m.end]
+			}
+		}
+		if v != nil && !bytes.Equal(v, []byte("null")) {
+			return v, p, true, nil
+		}
+	}
+	return nil, 0, false, nil
+}

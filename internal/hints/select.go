@@ -1,0 +1,323 @@
+package hints
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// Source is where KV blocks can be pulled from: a worker rank, whose blocks
+// are framework-owned and die with the engine, or a cache owner (Owner set),
+// whose runner-owned blocks outlive the worker that stored them.
+type Source struct {
+	Worker string
+	Rank   int
+	Owner  string
+}
+
+// Compare orders sources for tie-breaks: worker ranks before cache owners,
+// then by id, so that equal prefixes always go to the same source.
+func (s Source) Compare(o Source) int {
+	if (s.Owner == "") != (o.Owner == "") {
+		if s.Owner == "" {
+			return -1
+		}
+		return 1
+	}
+	if c := cmp.Compare(s.Owner, o.Owner); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(s.Worker, o.Worker); c != 0 {
+		return c
+	}
+	return cmp.Compare(s.Rank, o.Rank)
+}
+
+func (s Source) String() string {
+	if s.Owner != "" {
+		return "owner:" + s.Owner
+	}
+	return fmt.Sprintf("%s/%d", s.Worker, s.Rank)
+}
+
+// Meta is what the router knows about one source or target rank.
+type Meta struct {
+	CanConsume bool // advertises router_hint
+	Type       WorkerType
+	Endpoint   string // its rank's source control endpoint
+	Ready      bool   // its event stream is caught up
+	// Detached marks a cache owner whose worker left: its runner still
+	// serves, so it stays a source, but nothing can be routed to it.
+	Detached bool
+}
+
+// Run is a contiguous range of blocks [Start, End) that a source holds
+// without holding the prefix before it.
+type Run struct {
+	Start, End int
+	// Parent is the engine hash of block Start-1 as the source recorded it;
+	// it must equal the request's, or the run belongs to another prefix.
+	Parent uint64
+	Chain  []uint64 // the source's engine hashes for [Start, End); shorter = truncated
+}
+
+// Candidate is one source's match against the request.
+type Candidate struct {
+	Source Source
+	// Depth is the matched prefix in blocks from the root, on the device
+	// tier or a runner-owned tier.
+	Depth int
+	// Chain holds the source's engine hashes for blocks [0, Depth) as the
+	// index retained them; shorter than Depth means truncated.
+	Chain  []uint64
+	Suffix *Run
+	// HashConflict: the source's engine hashes disagree with the target's,
+	// so the target could not look the pulled blocks up.
+	HashConflict bool
+	Salt         string
+}
+
+// Request is the input to Select once the target is chosen.
+type Request struct {
+	Target       Source
+	TargetMeta   Meta
+	PrefixToBeat int    // the target's own cached device prefix, in blocks
+	Salt         string // the request's cache salt
+	// Chain is the request's engine block hashes as far as the target's
+	// cache knows them (at least [0, PrefixToBeat) when available). It
+	// anchors suffix runs and is checked against the winner's chain.
+	Chain      []uint64
+	Candidates []Candidate
+	// Meta looks a source up; false means unknown, which is never a source.
+	Meta func(Source) (Meta, bool)
+}
+
+// Reason says why Select produced a hint or not; its String is a metric
+// label.
+type Reason uint8
+
+const (
+	ReasonHinted          Reason = iota
+	ReasonBadTarget              // target is a cache owner or detached
+	ReasonNoCapability           // target lacks router_hint or a worker type
+	ReasonNoCandidate            // nobody else matched the request
+	ReasonNotBeyondTarget        // no source holds more than the target
+	ReasonSelf                   // only the target itself holds more
+	ReasonTypeMismatch           // the deepest source has another worker type
+	ReasonSourceNotCapable       // ... lacks router_hint or an endpoint, or is unknown
+	ReasonNotReady               // ... has an event stream still catching up
+	ReasonConflict               // ... has engine hashes that disagree with the target's
+	ReasonSaltMismatch           // ... was stored under another cache salt
+	ReasonHole                   // ... holds a run that does not join the target's prefix
+	ReasonChainTruncated         // the winner's depth exceeds its retained chain
+	ReasonNotWorthPulling        // the policy prefers recomputing
+)
+
+var reasonNames = [...]string{
+	ReasonHinted:           "hinted",
+	ReasonBadTarget:        "bad_target",
+	ReasonNoCapability:     "no_capability",
+	ReasonNoCandidate:      "no_candidate",
+	ReasonNotBeyondTarget:  "not_beyond_target",
+	ReasonSelf:             "self",
+	ReasonTypeMismatch:     "type_mismatch",
+	ReasonSourceNotCapable: "source_not_capable",
+	ReasonNotReady:         "not_ready",
+	ReasonConflict:         "conflict",
+	ReasonSaltMismatch:     "salt_mismatch",
+	ReasonHole:             "hole",
+	ReasonChainTruncated:   "chain_truncated",
+	ReasonNotWorthPulling:  "not_worth_pulling",
+}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Decision explains a Select outcome.
+type Decision struct {
+	Reason Reason
+	// Source, Start, Reach and Suffix describe the winner, set whenever one
+	// was chosen, even if it was then refused (truncated, not worth it). For
+	// the reasons that exclude a source they describe the deepest excluded
+	// one instead.
+	Source Source
+	Start  int // first block of the payload: 0 for a prefix
+	Reach  int // the block the target would hold up to: prefix depth or run end
+	Suffix bool
+	// Estimate is the policy's verdict, set when the policy was asked.
+	Estimate Estimate
+}
+
+// Hinted reports whether Select produced a hint.
+func (d Decision) Hinted() bool { return d.Reason == ReasonHinted }
+
+// pick is the best option found so far: a prefix or a suffix run.
+type pick struct {
+	ok    bool
+	src   Source
+	start int
+	reach int
+	chain []uint64 // retained hashes from start on
+	run   bool     // a suffix run rather than a prefix
+	why   Reason   // for excluded picks
+}
+
+// better reports whether an option reaching reach from source s beats p.
+func (p pick) better(reach int, s Source) bool {
+	return !p.ok || reach > p.reach || reach == p.reach && s.Compare(p.src) < 0
+}
+
+// Select picks the source the target should pull from, following SPEC 5
+// (Dynamo's best_source): the eligible source with the longest prefix beyond
+// the target's own, or a suffix run that joins the target's prefix and
+// reaches strictly further than that best prefix. A winner whose retained
+// chain is too short fails closed rather than falling back to a runner-up,
+// since the runner-up was judged by the same index that just proved stale.
+// The policy then decides whether the extra blocks are worth pulling.
+func Select(req Request, policy Policy) (Hint, Decision) {
+	if req.Target.Owner != "" || req.TargetMeta.Detached {
+		return Hint{}, Decision{Reason: ReasonBadTarget}
+	}
+	if !req.TargetMeta.CanConsume || req.TargetMeta.Type == TypeUnknown {
+		return Hint{}, Decision{Reason: ReasonNoCapability}
+	}
+	if len(req.Candidates) == 0 {
+		return Hint{}, Decision{Reason: ReasonNoCandidate}
+	}
+	beat := max(req.PrefixToBeat, 0)
+
+	var prefix, suffix, excluded pick
+	for i := range req.Candidates {
+		c := &req.Candidates[i]
+		run := c.Suffix
+		prefixBeyond := c.Depth > beat
+		runBeyond := run != nil && run.End > beat
+		if !prefixBeyond && !runBeyond {
+			continue
+		}
+		if why := eligible(req, c); why != ReasonHinted {
+			reach := c.Depth
+			if runBeyond {
+				reach = max(reach, run.End)
+			}
+			if excluded.better(reach, c.Source) {
+				excluded = pick{ok: true, src: c.Source, reach: reach, run: reach > c.Depth, why: why}
+				if excluded.run {
+					excluded.start = run.Start
+				}
+			}
+			continue
+		}
+		if prefixBeyond && prefix.better(c.Depth, c.Source) {
+			prefix = pick{ok: true, src: c.Source, reach: c.Depth, chain: c.Chain}
+		}
+		if !runBeyond {
+			continue
+		}
+		if !joins(req.Chain, beat, run) {
+			if excluded.better(run.End, c.Source) {
+				excluded = pick{ok: true, src: c.Source, start: run.Start, reach: run.End, run: true, why: ReasonHole}
+			}
+			continue
+		}
+		if suffix.better(run.End, c.Source) {
+			suffix = pick{ok: true, src: c.Source, start: run.Start, reach: run.End, chain: run.Chain, run: true}
+		}
+	}
+
+	// A run wins only by reaching strictly further than the best prefix (or
+	// than the target when no prefix qualifies): at equal reach the
+	// root-aligned prefix is the safer payload.
+	win := prefix
+	if suffix.ok && (!prefix.ok || suffix.reach > prefix.reach) {
+		win = suffix
+	}
+	if !win.ok {
+		if excluded.ok {
+			return Hint{}, Decision{Reason: excluded.why, Source: excluded.src, Start: excluded.start,
+				Reach: excluded.reach, Suffix: excluded.run}
+		}
+		return Hint{}, Decision{Reason: ReasonNotBeyondTarget}
+	}
+	d := Decision{Source: win.src, Start: win.start, Reach: win.reach, Suffix: win.run}
+	if len(win.chain) < win.reach-win.start {
+		d.Reason = ReasonChainTruncated
+		return Hint{}, d
+	}
+	payload := win.chain[:win.reach-win.start]
+	if !agrees(req.Chain, win.start, payload) {
+		// The index says the hashes agree but the chains differ: it is
+		// inconsistent, and an unsure router sends no hint.
+		d.Reason = ReasonConflict
+		return Hint{}, d
+	}
+	d.Estimate = policy.Consider(Pull{Source: win.src, Target: req.Target, ExtraBlocks: win.reach - beat})
+	if !d.Estimate.Worth {
+		d.Reason = ReasonNotWorthPulling
+		return Hint{}, d
+	}
+	m, _ := req.Meta(win.src)
+	return Hint{Endpoint: m.Endpoint, BlockHashes: slices.Clone(payload)}, d
+}
+
+// eligible applies SPEC 5's source rules to c; it returns ReasonHinted for
+// an eligible source.
+func eligible(req Request, c *Candidate) Reason {
+	if c.Source.Owner == "" && c.Source.Worker == req.Target.Worker && c.Source.Rank == req.Target.Rank {
+		return ReasonSelf
+	}
+	if c.HashConflict {
+		return ReasonConflict
+	}
+	if c.Salt != req.Salt {
+		return ReasonSaltMismatch
+	}
+	if req.Meta == nil {
+		return ReasonSourceNotCapable
+	}
+	m, ok := req.Meta(c.Source)
+	switch {
+	case !ok || !m.CanConsume || m.Endpoint == "":
+		return ReasonSourceNotCapable
+	case req.TargetMeta.Endpoint != "" && m.Endpoint == req.TargetMeta.Endpoint:
+		// The target's own runner, reached through a cache owner: its
+		// blocks are a local hit, not a pull.
+		return ReasonSelf
+	case m.Type != req.TargetMeta.Type:
+		return ReasonTypeMismatch
+	case !m.Ready:
+		return ReasonNotReady
+	case m.Detached && c.Source.Owner == "":
+		// Only runner-owned blocks outlive their worker.
+		return ReasonNotReady
+	}
+	return ReasonHinted
+}
+
+// joins reports whether run continues the target's cached prefix: it starts
+// within that prefix and its first block's parent is the request's block
+// before it. A run starting past the prefix would leave a hole the target
+// cannot fill from this hint.
+func joins(chain []uint64, beat int, run *Run) bool {
+	if run.Start < 0 || run.Start > beat || run.End <= run.Start {
+		return false
+	}
+	if run.Start == 0 {
+		return true
+	}
+	return run.Start-1 < len(chain) && chain[run.Start-1] == run.Parent
+}
+
+// agrees reports whether payload, placed at block start, matches chain
+// wherever both are known.
+func agrees(chain []uint64, start int, payload []uint64) bool {
+	if start >= len(chain) {
+		return true
+	}
+	n := min(len(chain)-start, len(payload))
+	return slices.Equal(chain[start:start+n], payload[:n])
+}
