@@ -97,20 +97,20 @@ type Request struct {
 type Reason uint8
 
 const (
-	ReasonHinted          Reason = iota
-	ReasonBadTarget              // target is a cache owner or detached
-	ReasonNoCapability           // target lacks router_hint or a worker type
-	ReasonNoCandidate            // nobody else matched the request
-	ReasonNotBeyondTarget        // no source holds more than the target
-	ReasonSelf                   // only the target itself holds more
-	ReasonTypeMismatch           // the deepest source has another worker type
-	ReasonSourceNotCapable       // ... lacks router_hint or an endpoint, or is unknown
-	ReasonNotReady               // ... has an event stream still catching up
-	ReasonConflict               // ... has engine hashes that disagree with the target's
-	ReasonSaltMismatch           // ... was stored under another cache salt
-	ReasonHole                   // ... holds a run that does not join the target's prefix
-	ReasonChainTruncated         // the winner's depth exceeds its retained chain
-	ReasonNotWorthPulling        // the policy prefers recomputing
+	ReasonHinted           Reason = iota
+	ReasonBadTarget               // target is a cache owner or detached
+	ReasonNoCapability            // target lacks router_hint or a worker type
+	ReasonNoCandidate             // nobody else matched the request
+	ReasonNotBeyondTarget         // no source holds more than the target
+	ReasonSelf                    // only the target itself holds more
+	ReasonTypeMismatch            // the deepest source has another worker type
+	ReasonSourceNotCapable        // ... lacks router_hint or an endpoint, or is unknown
+	ReasonNotReady                // ... has an event stream still catching up
+	ReasonConflict                // ... has engine hashes that disagree with the target's
+	ReasonSaltMismatch            // ... was stored under another cache salt
+	ReasonHole                    // ... holds a run that does not join the target's prefix
+	ReasonChainTruncated          // the winner's depth exceeds its retained chain
+	ReasonNotWorthPulling         // the policy prefers recomputing
 )
 
 var reasonNames = [...]string{
