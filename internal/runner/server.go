@@ -1,0 +1,253 @@
+package runner
+
+import (
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Server answers peers' fetches from a Runner's pool: one per rank, on that
+// rank's control endpoint. Each block is sent under a pin, so eviction
+// cannot tear it mid-send; keys no longer held are answered MISSING.
+type Server struct {
+	r   *Runner
+	cfg TCPConfig
+	log *slog.Logger
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+// NewServer serves r's blocks; cfg.BlockBytes must match r's.
+func NewServer(r *Runner, cfg TCPConfig) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.BlockBytes != r.BlockBytes() {
+		return nil, fmt.Errorf("%w: server block bytes %d differ from the runner's %d", ErrConfig, cfg.BlockBytes, r.BlockBytes())
+	}
+	return &Server{
+		r:         r,
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "runner-server"),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[net.Conn]struct{}),
+	}, nil
+}
+
+// Serve accepts connections on l until Close; it returns nil after Close.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			delete(s.listeners, l)
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			l.Close()
+			return fmt.Errorf("accept: %w", err)
+		}
+		s.mu.Lock()
+		if s.closed || len(s.conns) >= s.cfg.MaxConns {
+			s.mu.Unlock()
+			conn.Close()
+			continue
+		}
+		s.conns[conn] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(conn)
+	}
+}
+
+// Close stops accepting, closes every connection, and returns once every
+// connection goroutine has ended and released its pins.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+type session struct {
+	conn    net.Conn
+	out     []byte
+	in      []byte
+	keys    []uint64
+	vecArr  [2][]byte
+	vec     net.Buffers
+	hdr     [headerLen]byte
+	limits  func(uint8) (int, int, bool)
+	blockSz int
+}
+
+func (s *Server) serveConn(conn net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		conn.Close()
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+	}()
+	tuneConn(conn, s.cfg.SocketBuffer)
+	ss := &session{conn: conn, limits: serverLimits(s.cfg.MaxKeysPerFetch), blockSz: s.cfg.BlockBytes}
+	if err := s.handshake(ss); err != nil {
+		s.log.Debug("peer handshake failed", "peer", conn.RemoteAddr(), "err", err)
+		return
+	}
+	for {
+		if err := s.serveFetch(ss); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug("peer connection ended", "peer", conn.RemoteAddr(), "err", err)
+			}
+			return
+		}
+	}
+}
+
+// readFrame reads one frame from the client into ss.in.
+func (ss *session) readFrame() (header, error) {
+	if _, err := io.ReadFull(ss.conn, ss.hdr[:]); err != nil {
+		return header{}, err
+	}
+	h, err := parseHeader(ss.hdr[:], ss.limits)
+	if err != nil {
+		code := uint16(codeProtocol)
+		if errors.Is(err, ErrFrameTooLarge) {
+			code = codeTooLarge
+		}
+		ss.conn.Write(appendError(nil, code, err.Error()))
+		return header{}, err
+	}
+	if cap(ss.in) < h.n {
+		ss.in = make([]byte, h.n)
+	}
+	ss.in = ss.in[:h.n]
+	if _, err := io.ReadFull(ss.conn, ss.in); err != nil {
+		return header{}, err
+	}
+	return h, nil
+}
+
+func (s *Server) handshake(ss *session) error {
+	ss.conn.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
+	h, err := ss.readFrame()
+	if err != nil {
+		return err
+	}
+	if h.typ != msgHello {
+		return fmt.Errorf("%w: message type %d before HELLO", ErrProtocol, h.typ)
+	}
+	var cnonce [nonceLen]byte
+	copy(cnonce[:], ss.in)
+	ch := challenge{auth: len(s.cfg.Secret) > 0, blockBytes: s.cfg.BlockBytes, maxKeys: s.cfg.MaxKeysPerFetch, nonce: newNonce()}
+	if ch.auth {
+		ch.mac = handshakeMAC(s.cfg.Secret, macLabelSrv, &cnonce, &ch.nonce)
+	}
+	if _, err := ss.conn.Write(appendChallenge(nil, ch)); err != nil {
+		return err
+	}
+	if h, err = ss.readFrame(); err != nil {
+		return err
+	}
+	if h.typ != msgAuth {
+		return fmt.Errorf("%w: message type %d, want AUTH", ErrProtocol, h.typ)
+	}
+	if ch.auth {
+		want := handshakeMAC(s.cfg.Secret, macLabelCli, &ch.nonce, &cnonce)
+		if !hmac.Equal(ss.in, want[:]) {
+			ss.conn.Write(appendError(nil, codeAuth, "wrong or missing shared secret: set the same secret option on every member"))
+			return fmt.Errorf("%w: peer %s sent a wrong MAC", ErrAuth, ss.conn.RemoteAddr())
+		}
+	}
+	if _, err := ss.conn.Write(appendHeader(nil, msgReady, 0)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// serveFetch answers one FETCH.
+func (s *Server) serveFetch(ss *session) error {
+	ss.conn.SetDeadline(time.Now().Add(s.cfg.IdleTimeout))
+	h, err := ss.readFrame()
+	if err != nil {
+		return err
+	}
+	if h.typ != msgFetch {
+		ss.conn.Write(appendError(nil, codeProtocol, "expected FETCH"))
+		return fmt.Errorf("%w: message type %d, want FETCH", ErrProtocol, h.typ)
+	}
+	if ss.keys, err = parseFetch(ss.in, ss.keys); err != nil {
+		ss.conn.Write(appendError(nil, codeProtocol, err.Error()))
+		return err
+	}
+	ss.out = ss.out[:0]
+	for _, k := range ss.keys {
+		slot, sum, known, ok := s.r.acquire(k)
+		if !ok {
+			ss.out = appendMissing(ss.out, k)
+			continue
+		}
+		data := s.r.pool.Buffer(slot)
+		if !known {
+			// Computed once, on first serve, and cached in the slot.
+			sum = xxh3.Hash(data)
+		}
+		ss.out = appendBlockHead(ss.out, k, sum, ss.blockSz)
+		err := ss.send(data, s.cfg.IOTimeout)
+		s.r.releaseSlot(slot, sum, !known)
+		if err != nil {
+			return err
+		}
+	}
+	ss.out = appendHeader(ss.out, msgEnd, 0)
+	return ss.send(nil, s.cfg.IOTimeout)
+}
+
+// send writes the pending small frames and data in one writev.
+func (ss *session) send(data []byte, timeout time.Duration) error {
+	ss.conn.SetWriteDeadline(time.Now().Add(timeout))
+	ss.vec = append(ss.vecArr[:0], ss.out)
+	if data != nil {
+		ss.vec = append(ss.vec, data)
+	}
+	_, err := ss.vec.WriteTo(ss.conn)
+	ss.vecArr = [2][]byte{}
+	ss.out = ss.out[:0]
+	return err
+}

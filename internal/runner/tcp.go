@@ -1,0 +1,400 @@
+package runner
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zeebo/xxh3"
+)
+
+// TCP transport defaults.
+const (
+	DefaultMaxKeysPerFetch = 4096
+	DefaultMaxIdlePerPeer  = 2
+	DefaultDialTimeout     = 1000 * time.Millisecond
+	DefaultIOTimeout       = 5000 * time.Millisecond
+	DefaultIdleTimeout     = 2 * time.Minute
+	DefaultMaxConns        = 256
+)
+
+// TCPConfig configures both ends of the TCP peer protocol (see wire.go).
+type TCPConfig struct {
+	// BlockBytes must equal the runner's and every peer's.
+	BlockBytes int
+	// Secret, when set, must be shared by every member of the deployment:
+	// connections prove it with an HMAC challenge both ways, so only
+	// members can pull blocks, and only from members. Empty disables it;
+	// a member with a secret refuses a peer without one.
+	Secret []byte
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF; 0 leaves the kernel's
+	// autotuning (the better choice on Linux when tcp_rmem's maximum is
+	// large, as setting a size turns autotuning off).
+	SocketBuffer int
+	// Client side.
+	MaxIdlePerPeer int           // idle connections kept per peer (default 2)
+	DialTimeout    time.Duration // connect + handshake bound (default 1 s), within the fetch deadline
+	// Server side.
+	MaxKeysPerFetch int           // most keys one FETCH frame may name (default 4096)
+	IOTimeout       time.Duration // handshake and per-block write bound (default 5 s): caps how long a stalled reader pins a block
+	IdleTimeout     time.Duration // an idle connection is closed after this (default 2 min)
+	MaxConns        int           // connections served at once (default 256)
+	Logger          *slog.Logger
+}
+
+func (c TCPConfig) withDefaults() (TCPConfig, error) {
+	if c.BlockBytes <= 0 {
+		return c, fmt.Errorf("%w: block bytes must be positive, got %d", ErrConfig, c.BlockBytes)
+	}
+	if c.BlockBytes > 1<<31-1-blockHeadLen {
+		return c, fmt.Errorf("%w: block bytes %d exceeds a frame", ErrConfig, c.BlockBytes)
+	}
+	if c.MaxIdlePerPeer <= 0 {
+		c.MaxIdlePerPeer = DefaultMaxIdlePerPeer
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.MaxKeysPerFetch <= 0 {
+		c.MaxKeysPerFetch = DefaultMaxKeysPerFetch
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = DefaultIOTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// TCPTransport pulls blocks from peers' Servers over TCP, keeping a few
+// idle connections per peer for reuse.
+type TCPTransport struct {
+	cfg TCPConfig
+
+	mu     sync.Mutex
+	idle   map[string][]*peerConn
+	closed bool
+}
+
+var _ Transport = (*TCPTransport)(nil)
+
+// NewTCPTransport returns a transport for cfg.
+func NewTCPTransport(cfg TCPConfig) (*TCPTransport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &TCPTransport{cfg: cfg, idle: make(map[string][]*peerConn)}, nil
+}
+
+type peerConn struct {
+	conn    net.Conn
+	maxKeys int
+	wbuf    []byte
+	hdr     [headerLen + blockHeadLen]byte
+}
+
+// Pull implements Transport.
+func (t *TCPTransport) Pull(ctx context.Context, source string, keys []uint64, rx Receiver) error {
+	addr, err := parseEndpoint(source)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		pc, reused, err := t.get(ctx, addr)
+		if err != nil {
+			return err
+		}
+		answered, err := t.pull(ctx, pc, keys, rx)
+		if err == nil {
+			t.put(addr, pc)
+			return nil
+		}
+		pc.conn.Close()
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		// An idle connection the peer has since closed fails before any
+		// answer; nothing reached rx, so one retry on a fresh one is safe.
+		if reused && !answered && attempt == 0 {
+			continue
+		}
+		return err
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (t *TCPTransport) pull(ctx context.Context, pc *peerConn, keys []uint64, rx Receiver) (answered bool, err error) {
+	dl, _ := ctx.Deadline()
+	pc.conn.SetDeadline(dl)
+	// Cancellation interrupts a blocked read or write at once.
+	stop := context.AfterFunc(ctx, func() { pc.conn.SetDeadline(aLongTimeAgo) })
+	defer func() {
+		if !stop() && err == nil {
+			// The interrupt may land later: do not reuse this connection.
+			err = ctx.Err()
+		}
+	}()
+	var sumErr error
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), pc.maxKeys)]
+		keys = keys[len(chunk):]
+		pc.wbuf = appendFetch(pc.wbuf[:0], chunk)
+		if _, err := pc.conn.Write(pc.wbuf); err != nil {
+			return answered, fmt.Errorf("send fetch: %w", err)
+		}
+		a, err := readAnswers(pc.conn, &pc.hdr, chunk, t.cfg.BlockBytes, rx)
+		answered = answered || a
+		if errors.Is(err, ErrChecksum) {
+			// The stream is still in step; keep the good blocks, report
+			// the bad, and drop the connection afterwards.
+			sumErr = err
+			continue
+		}
+		if err != nil {
+			return answered, err
+		}
+	}
+	return answered, sumErr
+}
+
+// readAnswers reads one fetch's answers: a BLOCK or MISSING per key in
+// order, then END. Blocks are read straight into rx's buffers and committed
+// only once their checksum matches. A checksum mismatch does not stop the
+// read (ErrChecksum is returned at the end); anything else does.
+func readAnswers(r io.Reader, hdr *[headerLen + blockHeadLen]byte, keys []uint64, blockBytes int, rx Receiver) (answered bool, err error) {
+	limits := clientLimits(blockBytes)
+	var sumErr error
+	for i := 0; i <= len(keys); i++ {
+		if _, err := io.ReadFull(r, hdr[:headerLen]); err != nil {
+			return answered, fmt.Errorf("read answer: %w", err)
+		}
+		answered = true
+		h, err := parseHeader(hdr[:headerLen], limits)
+		if err != nil {
+			return answered, err
+		}
+		if h.typ == msgError {
+			return answered, readPeerError(r, h.n)
+		}
+		if i == len(keys) {
+			if h.typ != msgEnd {
+				return answered, fmt.Errorf("%w: message type %d after the last answer, want END", ErrProtocol, h.typ)
+			}
+			return answered, sumErr
+		}
+		want := keys[i]
+		switch h.typ {
+		case msgMissing:
+			if _, err := io.ReadFull(r, hdr[:8]); err != nil {
+				return answered, fmt.Errorf("read missing: %w", err)
+			}
+			if got := binary.BigEndian.Uint64(hdr[:8]); got != want {
+				return answered, fmt.Errorf("%w: answer for key %#x, asked for %#x", ErrProtocol, got, want)
+			}
+			rx.Missing(want)
+		case msgBlock:
+			if _, err := io.ReadFull(r, hdr[:blockHeadLen]); err != nil {
+				return answered, fmt.Errorf("read block head: %w", err)
+			}
+			got, sum := binary.BigEndian.Uint64(hdr[:8]), binary.BigEndian.Uint64(hdr[8:16])
+			if got != want {
+				return answered, fmt.Errorf("%w: answer for key %#x, asked for %#x", ErrProtocol, got, want)
+			}
+			buf := rx.Buffer(want)
+			if buf == nil {
+				if _, err := io.CopyN(io.Discard, r, int64(blockBytes)); err != nil {
+					return answered, fmt.Errorf("skip block %#x: %w", want, err)
+				}
+				continue
+			}
+			if _, err := io.ReadFull(r, buf); err != nil {
+				rx.Abort(want)
+				return answered, fmt.Errorf("read block %#x: %w", want, err)
+			}
+			if xxh3.Hash(buf) != sum {
+				rx.Abort(want)
+				sumErr = fmt.Errorf("block %#x: %w", want, ErrChecksum)
+				continue
+			}
+			rx.Commit(want, sum)
+		default:
+			return answered, fmt.Errorf("%w: message type %d in answers", ErrProtocol, h.typ)
+		}
+	}
+	panic("unreachable")
+}
+
+func readPeerError(r io.Reader, n int) error {
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return fmt.Errorf("read peer error: %w", err)
+	}
+	pe, err := parseError(p)
+	if err != nil {
+		return err
+	}
+	return pe
+}
+
+func (t *TCPTransport) get(ctx context.Context, addr string) (pc *peerConn, reused bool, err error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, false, ErrClosed
+	}
+	if list := t.idle[addr]; len(list) > 0 {
+		pc = list[len(list)-1]
+		t.idle[addr] = list[:len(list)-1]
+		t.mu.Unlock()
+		return pc, true, nil
+	}
+	t.mu.Unlock()
+	pc, err = t.dial(ctx, addr)
+	return pc, false, err
+}
+
+func (t *TCPTransport) put(addr string, pc *peerConn) {
+	pc.conn.SetDeadline(time.Time{})
+	t.mu.Lock()
+	if !t.closed && len(t.idle[addr]) < t.cfg.MaxIdlePerPeer {
+		t.idle[addr] = append(t.idle[addr], pc)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	pc.conn.Close()
+}
+
+// Close closes idle connections; connections in use close when their pull ends.
+func (t *TCPTransport) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for addr, list := range t.idle {
+		for _, pc := range list {
+			pc.conn.Close()
+		}
+		delete(t.idle, addr)
+	}
+	return nil
+}
+
+func (t *TCPTransport) dial(ctx context.Context, addr string) (*peerConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial peer: %w", err)
+	}
+	tuneConn(conn, t.cfg.SocketBuffer)
+	dl, _ := ctx.Deadline()
+	conn.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(aLongTimeAgo) })
+	pc, err := t.handshake(conn, addr)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("handshake with %s: %w (%v)", addr, ctx.Err(), err)
+		}
+		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	return pc, nil
+}
+
+func (t *TCPTransport) handshake(conn net.Conn, addr string) (*peerConn, error) {
+	pc := &peerConn{conn: conn}
+	cnonce := newNonce()
+	pc.wbuf = append(appendHeader(pc.wbuf[:0], msgHello, nonceLen), cnonce[:]...)
+	if _, err := conn.Write(pc.wbuf); err != nil {
+		return nil, err
+	}
+	p, err := readFrame(conn, msgChallenge, t.cfg.BlockBytes)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := parseChallenge(p)
+	if err != nil {
+		return nil, err
+	}
+	if ch.blockBytes != t.cfg.BlockBytes {
+		return nil, fmt.Errorf("%w: peer %s serves %d-byte blocks, block bytes here is %d", ErrBlockSize, addr, ch.blockBytes, t.cfg.BlockBytes)
+	}
+	secret := t.cfg.Secret
+	switch {
+	case ch.auth && len(secret) == 0:
+		return nil, fmt.Errorf("%w: peer %s requires a shared secret; set the runner secret option", ErrAuth, addr)
+	case !ch.auth && len(secret) > 0:
+		return nil, fmt.Errorf("%w: peer %s runs without a secret but this runner has one; set the same secret option on every member", ErrAuth, addr)
+	}
+	pc.wbuf = pc.wbuf[:0]
+	if ch.auth {
+		if want := handshakeMAC(secret, macLabelSrv, &cnonce, &ch.nonce); !hmac.Equal(want[:], ch.mac[:]) {
+			return nil, fmt.Errorf("%w: peer %s does not know this runner's secret; check the secret option", ErrAuth, addr)
+		}
+		mac := handshakeMAC(secret, macLabelCli, &ch.nonce, &cnonce)
+		pc.wbuf = append(appendHeader(pc.wbuf, msgAuth, macLen), mac[:]...)
+	} else {
+		pc.wbuf = appendHeader(pc.wbuf, msgAuth, 0)
+	}
+	if _, err := conn.Write(pc.wbuf); err != nil {
+		return nil, err
+	}
+	if _, err := readFrame(conn, msgReady, t.cfg.BlockBytes); err != nil {
+		return nil, err
+	}
+	pc.maxKeys = ch.maxKeys
+	return pc, nil
+}
+
+// readFrame reads one small handshake frame of type want (or an ERROR).
+func readFrame(r io.Reader, want uint8, blockBytes int) ([]byte, error) {
+	var hb [headerLen]byte
+	if _, err := io.ReadFull(r, hb[:]); err != nil {
+		return nil, err
+	}
+	h, err := parseHeader(hb[:], clientLimits(blockBytes))
+	if err != nil {
+		return nil, err
+	}
+	if h.typ == msgError {
+		return nil, readPeerError(r, h.n)
+	}
+	if h.typ != want {
+		return nil, fmt.Errorf("%w: message type %d, want %d", ErrProtocol, h.typ, want)
+	}
+	p := make([]byte, h.n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func tuneConn(conn net.Conn, size int) {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok || size <= 0 {
+		return
+	}
+	// Best effort: the kernel caps sizes at its own maximum.
+	tc.SetReadBuffer(size)
+	tc.SetWriteBuffer(size)
+}
