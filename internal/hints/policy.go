@@ -150,5 +150,5 @@ func seconds(s float64) time.Duration {
 	if s >= math.MaxInt64/float64(time.Second) {
 		return math.MaxInt64
 	}
-	return time.Duration(s * float64(time.Second))
+	return time.Duration(math.Round(s * float64(time.Second)))
 }
