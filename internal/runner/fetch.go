@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -46,7 +47,7 @@ type FetchResult struct {
 
 // Fetch pulls the keys of requestID's hint that are not held locally from
 // the hinted peer, and reports which of keys are local afterwards. Keys
-// another transfer is writing are waited for, not pulled twice. Fetch
+// another transfer is pulling or writing are waited for, not pulled twice. Fetch
 // returns by the operation deadline (Config.OperationTimeout, or ctx's if
 // earlier) with what has been committed by then; anything arriving later is
 // dropped, never committed. The error explains missing keys when the
@@ -65,7 +66,15 @@ func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (Fe
 	}
 	r.fetches++
 	h := r.hints[requestID]
-	var pull []uint64
+	var err error
+	switch {
+	case h == nil || h.conflict:
+		err = fmt.Errorf("request %q: %w", requestID, ErrNoHint)
+		h = nil
+	case r.cfg.Transport == nil:
+		err = ErrNoTransport
+	}
+	var op *fetchOp
 	var waits []chan struct{}
 	for _, k := range keys {
 		switch r.pool.Peek(k) {
@@ -80,27 +89,25 @@ func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (Fe
 			waits = append(waits, ch)
 			continue
 		}
-		if h == nil || h.conflict {
+		if other, ok := r.inflight[k]; ok {
+			if other != op && !slices.Contains(waits, other.done) {
+				waits = append(waits, other.done)
+			}
+			continue
+		}
+		if h == nil || r.cfg.Transport == nil {
 			continue
 		}
 		if gaveUp, ok := h.keys[k]; ok && !gaveUp {
-			pull = append(pull, k)
-		}
-	}
-	var err error
-	switch {
-	case h == nil || h.conflict:
-		err = fmt.Errorf("request %q: %w", requestID, ErrNoHint)
-	case len(pull) > 0 && r.cfg.Transport == nil:
-		err = ErrNoTransport
-		pull = nil
-	}
-	var op *fetchOp
-	if len(pull) > 0 {
-		op = &fetchOp{r: r, source: h.source, keys: pull, slots: make(map[uint64]int, len(pull)), done: make(chan struct{})}
-		for _, k := range pull {
+			if op == nil {
+				op = &fetchOp{r: r, source: h.source, slots: make(map[uint64]int), done: make(chan struct{})}
+			}
+			op.keys = append(op.keys, k)
 			op.slots[k] = slotWanted
+			r.inflight[k] = op
 		}
+	}
+	if op != nil {
 		r.transfers++
 		r.wg.Add(1)
 	}
@@ -123,7 +130,7 @@ func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (Fe
 			r.mu.Unlock()
 		}
 		if err != nil {
-			err = fmt.Errorf("fetch %d blocks from %s: %w", len(pull), op.source, err)
+			err = fmt.Errorf("fetch %d blocks from %s: %w", len(op.keys), op.source, err)
 		}
 	}
 	for _, ch := range waits {
@@ -199,6 +206,11 @@ func (op *fetchOp) run(ctx context.Context) {
 			if err == nil {
 				err = fmt.Errorf("%w: transport returned with block %#x unfinished", ErrProtocol, k)
 			}
+		}
+	}
+	for _, k := range op.keys {
+		if r.inflight[k] == op {
+			delete(r.inflight, k)
 		}
 	}
 	op.finished, op.err = true, err

@@ -140,14 +140,18 @@ type Runner struct {
 	cfg Config
 	log *slog.Logger
 
-	mu                                       sync.Mutex
-	pool                                     *Pool
-	hints                                    map[string]*hintState
-	waiters                                  map[uint64]chan struct{} // closed when a pending key resolves
-	queue                                    []Inventory              // inventory not yet delivered, in order
-	spare                                    []Inventory
-	low                                      bool
-	closed                                   bool
+	mu      sync.Mutex
+	pool    *Pool
+	hints   map[string]*hintState
+	waiters map[uint64]chan struct{} // closed when a pending key resolves
+	// inflight maps each key a running transfer was asked for to it, so
+	// queries say FETCHING and other fetches wait rather than pull twice.
+	inflight map[uint64]*fetchOp
+	queue    []Inventory // inventory not yet delivered, in order
+	spare    []Inventory
+	low      bool
+	closed   bool
+
 	transfers                                int
 	fetches, fetched, fetchMisses, abandoned uint64
 	events                                   uint64
@@ -178,11 +182,12 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	return &Runner{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "runner"),
-		pool:    pool,
-		hints:   make(map[string]*hintState),
-		waiters: make(map[uint64]chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "runner"),
+		pool:     pool,
+		hints:    make(map[string]*hintState),
+		waiters:  make(map[uint64]chan struct{}),
+		inflight: make(map[uint64]*fetchOp),
 	}, nil
 }
 
@@ -311,7 +316,9 @@ func (r *Runner) AppendQuery(dst []Status, keys []uint64, requestID string) []St
 		case Pending:
 			st.State = Fetching
 		default:
-			if h != nil && !h.conflict {
+			if _, ok := r.inflight[k]; ok {
+				st.State = Fetching
+			} else if h != nil && !h.conflict {
 				if gaveUp, ok := h.keys[k]; ok && !gaveUp {
 					st.State = Fetchable
 				}
