@@ -1,0 +1,59 @@
+package kvstream
+
+// Item is one element of a Subscriber's output stream: a Message or one of
+// the signals Gap, Unrecoverable, Restart and Reconnected. Per key, the
+// Messages of the stream have strictly increasing Seq between two Restarts.
+type Item interface{ isItem() }
+
+// Message is one batch as the publisher sent it.
+type Message struct {
+	// Key names the publisher: the topic (without SGLang's epoch suffix) in
+	// bind mode, the endpoint in connect mode.
+	Key     string
+	Topic   string
+	Seq     uint64
+	Payload []byte
+	// Replayed is set when the batch came from the replay endpoint.
+	Replayed bool
+}
+
+// Gap reports the missing sequence numbers From..To (inclusive) of a key.
+// A Gap with Healed false opens: until it is resolved the consumer's view
+// of the key is incomplete (fail closed). It is resolved, after any replayed
+// Messages it covers, by the same Gap with Healed true, or by Unrecoverable
+// signals for the parts that could not be recovered.
+type Gap struct {
+	Key      string
+	From, To uint64
+	Healed   bool
+}
+
+// Unrecoverable reports that the batches From..To of a key are lost for good:
+// the consumer must resync the key (snapshot, or clear it) before trusting
+// its state again.
+type Unrecoverable struct {
+	Key      string
+	From, To uint64
+}
+
+// Restart reports that a key's sequence went backwards (OldSeq was the last
+// delivered, NewSeq is the Message that follows): a new publisher process,
+// with a fresh and empty cache, whose earlier batches this stream may have
+// missed.
+type Restart struct {
+	Key            string
+	OldSeq, NewSeq uint64
+}
+
+// Reconnected reports that a connect-mode Subscriber lost its publisher and
+// dialed it again. Batches published meanwhile show up as a Gap (or, if the
+// publisher restarted, a Restart) on the next Message.
+type Reconnected struct {
+	Endpoint string
+}
+
+func (Message) isItem()       {}
+func (Gap) isItem()           {}
+func (Unrecoverable) isItem() {}
+func (Restart) isItem()       {}
+func (Reconnected) isItem()   {}

@@ -1,0 +1,108 @@
+package kvstream
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Wire facts of the engine event transport (SPEC 2.1).
+const (
+	// seqLen is the size of the sequence frame: unsigned big-endian u64.
+	seqLen = 8
+	// endSeq marks the end of a replay answer.
+	endSeq uint64 = math.MaxUint64
+	// epochSep starts SGLang's optional epoch suffix on a live topic frame:
+	// topic + "\x00sgl-kv-epoch=" + epoch.
+	epochSep = "\x00sgl-kv-epoch="
+	// liveFrames is the frame count of a live message: topic, seq, payload.
+	liveFrames = 3
+	// requestFrames is a replay request after the ROUTER identity: "", seq.
+	requestFrames = 2
+	// replyFrames is a replay answer as the DEALER sees it: "", seq, payload.
+	replyFrames = 3
+)
+
+// ErrMalformed is wrapped by every parse error: the frames do not have the
+// shape SPEC 2.1 prescribes.
+var ErrMalformed = errors.New("kvstream: malformed frames")
+
+// ParseMessage parses a live message [topic, seq (8 bytes BE), payload].
+// The returned slices alias frames.
+func ParseMessage(frames [][]byte) (topic []byte, seq uint64, payload []byte, err error) {
+	if len(frames) != liveFrames {
+		return nil, 0, nil, fmt.Errorf("%w: live message has %d frames, want %d (topic, seq, payload)", ErrMalformed, len(frames), liveFrames)
+	}
+	if len(frames[1]) != seqLen {
+		return nil, 0, nil, fmt.Errorf("%w: seq frame is %d bytes, want %d", ErrMalformed, len(frames[1]), seqLen)
+	}
+	return frames[0], binary.BigEndian.Uint64(frames[1]), frames[2], nil
+}
+
+// EncodeMessage builds the frames of a live message.
+func EncodeMessage(topic string, seq uint64, payload []byte) [][]byte {
+	return [][]byte{[]byte(topic), binary.BigEndian.AppendUint64(make([]byte, 0, seqLen), seq), payload}
+}
+
+// ParseReplayRequest parses a replay request as the ROUTER sees it once the
+// peer identity frame is removed: ["", start_seq (8 bytes BE)].
+func ParseReplayRequest(frames [][]byte) (start uint64, err error) {
+	if len(frames) != requestFrames {
+		return 0, fmt.Errorf("%w: replay request has %d frames, want %d (empty delimiter, start seq)", ErrMalformed, len(frames), requestFrames)
+	}
+	if len(frames[0]) != 0 {
+		return 0, fmt.Errorf("%w: replay request delimiter frame is %d bytes, want empty", ErrMalformed, len(frames[0]))
+	}
+	if len(frames[1]) != seqLen {
+		return 0, fmt.Errorf("%w: replay start seq is %d bytes, want %d", ErrMalformed, len(frames[1]), seqLen)
+	}
+	return binary.BigEndian.Uint64(frames[1]), nil
+}
+
+// EncodeReplayRequest builds the frames a DEALER sends to ask for every
+// buffered batch with seq >= start.
+func EncodeReplayRequest(start uint64) [][]byte {
+	return [][]byte{{}, binary.BigEndian.AppendUint64(make([]byte, 0, seqLen), start)}
+}
+
+// ParseReplayReply parses one replay answer as the DEALER sees it:
+// ["", seq (8 bytes BE), payload]. end reports the end marker (seq all ones);
+// its payload, empty on the wire, is ignored.
+func ParseReplayReply(frames [][]byte) (seq uint64, payload []byte, end bool, err error) {
+	if len(frames) != replyFrames {
+		return 0, nil, false, fmt.Errorf("%w: replay reply has %d frames, want %d (empty delimiter, seq, payload)", ErrMalformed, len(frames), replyFrames)
+	}
+	if len(frames[0]) != 0 {
+		return 0, nil, false, fmt.Errorf("%w: replay reply delimiter frame is %d bytes, want empty", ErrMalformed, len(frames[0]))
+	}
+	if len(frames[1]) != seqLen {
+		return 0, nil, false, fmt.Errorf("%w: replay reply seq is %d bytes, want %d", ErrMalformed, len(frames[1]), seqLen)
+	}
+	seq = binary.BigEndian.Uint64(frames[1])
+	if seq == endSeq {
+		return seq, nil, true, nil
+	}
+	return seq, frames[2], false, nil
+}
+
+// EncodeReplayReply builds one replay answer (without the ROUTER identity).
+func EncodeReplayReply(seq uint64, payload []byte) [][]byte {
+	return [][]byte{{}, binary.BigEndian.AppendUint64(make([]byte, 0, seqLen), seq), payload}
+}
+
+// EncodeReplayEnd builds the end marker of a replay answer.
+func EncodeReplayEnd() [][]byte {
+	return EncodeReplayReply(endSeq, []byte{})
+}
+
+// TopicKey is the publisher key of a live topic in bind mode: the topic
+// without SGLang's epoch suffix, so that a new epoch of the same publisher is
+// seen as a restart of one stream rather than a new stream.
+func TopicKey(topic string) string {
+	if i := strings.Index(topic, epochSep); i >= 0 {
+		return topic[:i]
+	}
+	return topic
+}
