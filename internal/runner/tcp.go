@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -125,16 +126,26 @@ func (t *TCPTransport) Pull(ctx context.Context, source string, keys []uint64, r
 			return nil
 		}
 		pc.conn.Close()
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
+		err = ctxErr(ctx, err)
 		// An idle connection the peer has since closed fails before any
 		// answer; nothing reached rx, so one retry on a fresh one is safe.
-		if reused && !answered && attempt == 0 {
+		if reused && !answered && attempt == 0 && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			continue
 		}
 		return err
 	}
+}
+
+// ctxErr explains an I/O error by ctx when ctx has ended, or when the
+// socket deadline taken from ctx fired a moment before ctx's own timer.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w (%v)", cerr, err)
+	}
+	if _, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+	}
+	return err
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
@@ -313,10 +324,7 @@ func (t *TCPTransport) dial(ctx context.Context, addr string) (*peerConn, error)
 	}
 	if err != nil {
 		conn.Close()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("handshake with %s: %w (%v)", addr, ctx.Err(), err)
-		}
-		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+		return nil, fmt.Errorf("handshake with %s: %w", addr, ctxErr(ctx, err))
 	}
 	return pc, nil
 }
