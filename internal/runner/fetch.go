@@ -194,7 +194,11 @@ type fetchOp struct {
 
 func (op *fetchOp) run(ctx context.Context) {
 	defer op.r.wg.Done()
-	err := op.r.cfg.Transport.Pull(ctx, op.source, op.keys, op)
+	op.finish(op.r.cfg.Transport.Pull(ctx, op.source, op.keys, op))
+}
+
+// finish settles the op once its Pull has returned.
+func (op *fetchOp) finish(err error) {
 	r := op.r
 	r.mu.Lock()
 	// Pull has returned, so nothing writes the reserved slots any more.
