@@ -1,0 +1,517 @@
+package kvevents
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// field identifies an event field independently of its encoding.
+type field uint8
+
+const (
+	fUnknown field = iota
+	fType
+	fBlockHashes
+	fParent
+	fTokenIDs
+	fBlockSize
+	fLoRAID
+	fMedium
+	fLoRAName
+	fExtraKeys
+	fGroupIdx
+	fSpecKind
+	fSlidingWindow
+	fLocality
+	fOwnership
+	fSessionID
+	fCacheSalt
+	// fSGLangExtra is array position 7 of a BlockStored when it holds a
+	// map: SGLang's older array form puts {"cache_salt": ...} there where
+	// vLLM has lora_name.
+	fSGLangExtra
+)
+
+var fieldNames = [...]string{
+	fUnknown:       "",
+	fType:          keyType,
+	fBlockHashes:   keyBlockHashes,
+	fParent:        keyParent,
+	fTokenIDs:      keyTokenIDs,
+	fBlockSize:     keyBlockSize,
+	fLoRAID:        keyLoRAID,
+	fMedium:        keyMedium,
+	fLoRAName:      keyLoRAName,
+	fExtraKeys:     keyExtraKeys,
+	fGroupIdx:      keyGroupIdx,
+	fSpecKind:      keySpecKind,
+	fSlidingWindow: keySlidingWindow,
+	fLocality:      keyLocality,
+	fOwnership:     keyOwnership,
+	fSessionID:     keySessionID,
+	fCacheSalt:     keyCacheSalt,
+	fSGLangExtra:   "[7]",
+}
+
+// fieldOf maps a map key to its field; the switch on string(key) does not
+// allocate.
+func fieldOf(key []byte) field {
+	switch string(key) {
+	case keyType:
+		return fType
+	case keyBlockHashes:
+		return fBlockHashes
+	case keyParent:
+		return fParent
+	case keyTokenIDs:
+		return fTokenIDs
+	case keyBlockSize:
+		return fBlockSize
+	case keyLoRAID:
+		return fLoRAID
+	case keyMedium:
+		return fMedium
+	case keyLoRAName:
+		return fLoRAName
+	case keyExtraKeys:
+		return fExtraKeys
+	case keyGroupIdx:
+		return fGroupIdx
+	case keySpecKind:
+		return fSpecKind
+	case keySlidingWindow:
+		return fSlidingWindow
+	case keyLocality:
+		return fLocality
+	case keyOwnership:
+		return fOwnership
+	case keySessionID:
+		return fSessionID
+	case keyCacheSalt:
+		return fCacheSalt
+	}
+	return fUnknown
+}
+
+// fieldSet is a bitmask of fields.
+type fieldSet uint32
+
+func setOf(fs ...field) fieldSet {
+	var s fieldSet
+	for _, f := range fs {
+		s |= 1 << f
+	}
+	return s
+}
+
+func (s fieldSet) has(f field) bool { return s&(1<<f) != 0 }
+
+// Positional fields of the array forms, after the tag, in vLLM declaration
+// order; map-only fields (locality, ownership, session_id) have no position.
+var (
+	storedPositions = []field{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID,
+		fMedium, fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow}
+	removedPositions = []field{fBlockHashes, fMedium, fGroupIdx}
+)
+
+// Fields each kind accepts by name; other keys are skipped and counted.
+var (
+	storedFields = setOf(storedPositions...) |
+		setOf(fLocality, fOwnership, fSessionID, fCacheSalt)
+	removedFields  = setOf(removedPositions...) | setOf(fLocality, fOwnership)
+	clearedFields  = setOf(fOwnership)
+	sglangExtra    = setOf(fCacheSalt, fSessionID, fLoRAName)
+	storedRequired = setOf(fBlockHashes, fTokenIDs, fBlockSize)
+)
+
+func kindOf(tag []byte) Kind {
+	switch string(tag) {
+	case tagStored:
+		return KindStored
+	case tagRemoved:
+		return KindRemoved
+	case tagCleared:
+		return KindCleared
+	}
+	return 0
+}
+
+// eventState is what an event's fields leave behind for finishEvent.
+type eventState struct {
+	idx       int
+	seen      fieldSet
+	medium    []byte // view into the payload; nil when absent or nil
+	badOwner  bool
+	hashStart int // scratch lengths at the start, to roll back a dropped event
+	tokStart  int
+	strStart  int
+}
+
+// fieldError locates a failure inside an event.
+type fieldError struct {
+	f    field
+	elem int // element index, -1 for the field as a whole
+	err  error
+	key  string // the key, for a field we do not know
+}
+
+func missing(f field) fieldError {
+	return fieldError{f, -1, fmt.Errorf("%w: missing", ErrMalformed), ""}
+}
+
+func (s *scratch) eventError(idx int, fe fieldError) error {
+	name := fieldNames[fe.f]
+	if fe.f == fUnknown {
+		name = fe.key
+	}
+	if fe.elem >= 0 {
+		name += "[" + strconv.Itoa(fe.elem) + "]"
+	}
+	return &DecodeError{Event: idx, Field: name, Err: fe.err}
+}
+
+// event decodes event idx of the batch, appending it to s.events unless it
+// is skipped (unknown tag) or dropped (unknown medium, foreign ownership).
+func (s *scratch) event(idx int) error {
+	start := s.r.pos
+	c, err := s.r.peek()
+	if err != nil {
+		return &DecodeError{Event: idx, Err: err}
+	}
+	isMap := typeName(c) == "map"
+	var n int
+	if isMap {
+		n, err = s.r.mapLen()
+	} else {
+		n, err = s.r.arrayLen()
+	}
+	if err != nil {
+		return &DecodeError{Event: idx, Err: err}
+	}
+	kind, err := s.tag(isMap, n)
+	if err != nil {
+		return &DecodeError{Event: idx, Field: keyType, Err: err}
+	}
+	if kind == 0 {
+		s.tally.unknownTags++
+		s.r.pos = start
+		if err := s.r.skip(); err != nil {
+			return &DecodeError{Event: idx, Err: err}
+		}
+		return nil
+	}
+	s.events = append(s.events, Event{Kind: kind})
+	s.spans = append(s.spans, span{})
+	ev, sp := &s.events[len(s.events)-1], &s.spans[len(s.spans)-1]
+	st := eventState{idx: idx, hashStart: len(s.hashes), tokStart: len(s.tokens), strStart: len(s.strs)}
+	var fe fieldError
+	if isMap {
+		fe = s.mapFields(n, kindFields(kind), ev, sp, &st)
+	} else {
+		fe = s.arrayFields(n, kind, ev, sp, &st)
+	}
+	if fe.err == nil {
+		fe = s.finishEvent(ev, sp, &st)
+	}
+	if fe.err != nil {
+		return s.eventError(idx, fe)
+	}
+	return nil
+}
+
+// tag reads the event type. An array's tag is its first element; a map's
+// "type" key may sit anywhere, so the map is scanned for it and the reader
+// rewound to the first key.
+func (s *scratch) tag(isMap bool, n int) (Kind, error) {
+	if !isMap {
+		if n == 0 {
+			return 0, fmt.Errorf("%w: empty event array", ErrMalformed)
+		}
+		tag, err := s.r.str()
+		return kindOf(tag), err
+	}
+	first := s.r.pos
+	for range n {
+		key, err := s.r.str()
+		if err != nil {
+			return 0, err
+		}
+		if string(key) == keyType {
+			tag, err := s.r.str()
+			s.r.pos = first
+			return kindOf(tag), err
+		}
+		if err := s.r.skip(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%w: missing", ErrMalformed)
+}
+
+func kindFields(k Kind) fieldSet {
+	switch k {
+	case KindStored:
+		return storedFields
+	case KindRemoved:
+		return removedFields
+	}
+	return clearedFields
+}
+
+func (s *scratch) mapFields(n int, allowed fieldSet, ev *Event, sp *span, st *eventState) fieldError {
+	for range n {
+		key, err := s.r.str()
+		if err != nil {
+			return fieldError{fUnknown, -1, err, ""}
+		}
+		f := fieldOf(key)
+		if !allowed.has(f) {
+			if f != fType {
+				s.tally.unknownKeys++
+			}
+			if err := s.r.skip(); err != nil {
+				return fieldError{f, -1, err, string(key)}
+			}
+			continue
+		}
+		if fe := s.field(f, ev, sp, st); fe.err != nil {
+			return fe
+		}
+	}
+	return fieldError{}
+}
+
+// arrayFields reads positions 1..n-1 of an array event (the tag is read).
+func (s *scratch) arrayFields(n int, kind Kind, ev *Event, sp *span, st *eventState) fieldError {
+	var positions []field
+	switch kind {
+	case KindStored:
+		positions = storedPositions
+	case KindRemoved:
+		positions = removedPositions
+	}
+	for pos := 1; pos < n; pos++ {
+		if pos > len(positions) {
+			s.tally.unknownKeys++
+			if err := s.r.skip(); err != nil {
+				return fieldError{fUnknown, -1, err, "[" + strconv.Itoa(pos) + "]"}
+			}
+			continue
+		}
+		f := positions[pos-1]
+		if f == fLoRAName {
+			if c, _ := s.r.peek(); typeName(c) == "map" {
+				f = fSGLangExtra
+			}
+		}
+		if fe := s.field(f, ev, sp, st); fe.err != nil {
+			return fe
+		}
+	}
+	return fieldError{}
+}
+
+// field decodes one field's value into ev.
+func (s *scratch) field(f field, ev *Event, sp *span, st *eventState) fieldError {
+	st.seen |= 1 << f
+	var err error
+	switch f {
+	case fBlockHashes:
+		return s.hashList(sp)
+	case fParent:
+		if ev.HasParent = !s.r.nil(); ev.HasParent {
+			ev.ParentHash, err = s.r.hash()
+		}
+	case fTokenIDs:
+		return s.tokenList(sp)
+	case fBlockSize:
+		var v int64
+		if v, err = s.r.int(); err == nil && (v < 0 || v > 1<<31) {
+			err = fmt.Errorf("%w: %d out of range", ErrMalformed, v)
+		}
+		ev.BlockSize = int(v)
+	case fLoRAID:
+		if ev.HasLoRAID = !s.r.nil(); ev.HasLoRAID {
+			ev.LoRAID, err = s.r.int()
+		}
+	case fMedium:
+		st.medium = nil
+		if !s.r.nil() {
+			st.medium, err = s.r.str()
+		}
+	case fGroupIdx:
+		var v int64
+		if !s.r.nil() {
+			v, err = s.r.int()
+		}
+		ev.GroupIdx = int(v)
+	case fLoRAName:
+		err = s.text(slotLoRAName, ev, sp)
+	case fCacheSalt:
+		err = s.text(slotCacheSalt, ev, sp)
+	case fSessionID:
+		err = s.text(slotSessionID, ev, sp)
+	case fSpecKind:
+		err = s.text(slotSpecKind, ev, sp)
+	case fLocality:
+		err = s.text(slotLocality, ev, sp)
+	case fOwnership:
+		// Any value but nil or "kvcr" drops the event; not a structural error.
+		st.badOwner, ev.Ownership = false, OwnedByWorker
+		if c, _ := s.r.peek(); typeName(c) == "str" {
+			var v []byte
+			v, err = s.r.str()
+			st.badOwner = string(v) != ownerRunner
+			ev.Ownership = OwnedByRunner
+		} else if !s.r.nil() {
+			st.badOwner = true
+			err = s.r.skip()
+		}
+	case fSGLangExtra:
+		var n int
+		if n, err = s.r.mapLen(); err == nil {
+			return s.mapFields(n, sglangExtra, ev, sp, st)
+		}
+	default: // extra_keys, sliding window: accepted, not kept
+		err = s.r.skip()
+	}
+	return fieldError{f, -1, err, ""}
+}
+
+func (s *scratch) hashList(sp *span) fieldError {
+	n, err := s.r.arrayLen()
+	if err != nil {
+		return fieldError{fBlockHashes, -1, err, ""}
+	}
+	start := len(s.hashes)
+	for i := range n {
+		h, err := s.r.hash()
+		if err != nil {
+			return fieldError{fBlockHashes, i, err, ""}
+		}
+		s.hashes = append(s.hashes, h)
+	}
+	sp.hashes = [2]int{start, len(s.hashes)}
+	return fieldError{}
+}
+
+// tokenList reads token ids. EAGLE speculative decoding makes SGLang key
+// pages by bigrams, so each position arrives as the pair [t_i, t_i+1]; the
+// pair's first element is position i's own token, and taking it restores
+// the plain sequence the router hashes (the second is the next position's).
+func (s *scratch) tokenList(sp *span) fieldError {
+	n, err := s.r.arrayLen()
+	if err != nil {
+		return fieldError{fTokenIDs, -1, err, ""}
+	}
+	start := len(s.tokens)
+	for i := range n {
+		var t uint32
+		if c, _ := s.r.peek(); typeName(c) == "array" {
+			t, err = s.pairToken()
+		} else {
+			t, err = s.r.token()
+		}
+		if err != nil {
+			return fieldError{fTokenIDs, i, err, ""}
+		}
+		s.tokens = append(s.tokens, t)
+	}
+	sp.tokens = [2]int{start, len(s.tokens)}
+	return fieldError{}
+}
+
+func (s *scratch) pairToken() (uint32, error) {
+	m, err := s.r.arrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if m == 0 {
+		return 0, fmt.Errorf("%w: empty token pair", ErrMalformed)
+	}
+	t, err := s.r.token()
+	for ; m > 1 && err == nil; m-- {
+		_, err = s.r.token()
+	}
+	return t, err
+}
+
+// text reads a nil-or-string field: common values are interned, the rest
+// copied into the batch's string arena.
+func (s *scratch) text(slot int, ev *Event, sp *span) error {
+	sp.strs[slot] = [2]int{}
+	*ev.strSlot(slot) = ""
+	if s.r.nil() {
+		return nil
+	}
+	v, err := s.r.str()
+	if err != nil {
+		return err
+	}
+	if in, ok := intern(v); ok {
+		*ev.strSlot(slot) = in
+		return nil
+	}
+	start := len(s.strs)
+	s.strs = append(s.strs, v...)
+	sp.strs[slot] = [2]int{start, len(s.strs)}
+	return nil
+}
+
+// finishEvent checks what needs the whole event, then maps medium and
+// ownership, dropping the event when either is not one we know.
+func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) fieldError {
+	if ev.Kind == KindStored || ev.Kind == KindRemoved {
+		if !st.seen.has(fBlockHashes) {
+			return missing(fBlockHashes)
+		}
+	}
+	if ev.Kind == KindStored {
+		for _, f := range []field{fTokenIDs, fBlockSize} {
+			if !st.seen.has(f) {
+				return missing(f)
+			}
+		}
+		tokens := sp.tokens[1] - sp.tokens[0]
+		hashes := sp.hashes[1] - sp.hashes[0]
+		ev.Placeholder = tokens == 0 || ev.BlockSize == 0
+		if !ev.Placeholder && (tokens%ev.BlockSize != 0 || tokens/ev.BlockSize != hashes) {
+			return fieldError{fTokenIDs, -1, fmt.Errorf("%w: %d token ids for %d %s of %s %d",
+				ErrMalformed, tokens, hashes, keyBlockHashes, keyBlockSize, ev.BlockSize), ""}
+		}
+	}
+	if st.medium != nil {
+		name, tier, ok := mediumTier(st.medium)
+		if !ok {
+			s.tally.droppedMedium++
+			s.drop(st, "unknown medium", string(st.medium))
+			return fieldError{}
+		}
+		ev.Tier, ev.Medium = tier, name
+		// SGLang's KVCR linker reports runner-owned inventory this way.
+		if ev.Medium == mediumLinker {
+			ev.Ownership = OwnedByRunner
+		}
+	}
+	if st.badOwner {
+		s.tally.droppedOwnership++
+		s.drop(st, "ownership not "+strconv.Quote(ownerRunner), "")
+		return fieldError{}
+	}
+	if ev.Placeholder {
+		s.tally.placeholders++
+	}
+	return fieldError{}
+}
+
+// drop removes the event being decoded, and what it appended to scratch.
+func (s *scratch) drop(st *eventState, reason, value string) {
+	s.events = s.events[:len(s.events)-1]
+	s.spans = s.spans[:len(s.spans)-1]
+	s.hashes = s.hashes[:st.hashStart]
+	s.tokens = s.tokens[:st.tokStart]
+	s.strs = s.strs[:st.strStart]
+	if s.logger != nil {
+		s.logger.Debug("kv event dropped", "event", st.idx, "reason", reason, "value", value)
+	}
+}

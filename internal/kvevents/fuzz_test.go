@@ -1,0 +1,121 @@
+package kvevents
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"reflect"
+	"testing"
+)
+
+// fuzzSeeds are payloads in every shape the decoder accepts, plus broken
+// ones; the committed corpus under testdata/fuzz/FuzzDecode holds more.
+func fuzzSeeds(tb testing.TB) [][]byte {
+	seeds := [][]byte{
+		mustHex(tb, specV1),
+		mustHex(tb, specV3),
+		mustHex(tb, specV1)[:100],
+		arr(f64(1), arr(vllmRemoved())),
+		obj(str(keyEvents), arr(arr(str(tagCleared))), str(keyTS), f64(1), str(keyDPRank), null),
+		batch(arr(str(tagStored), arr(i64(-5)), null, arr(arr(uv(1), uv(2))), uv(1), null, str("GPU"), obj(str(keyCacheSalt), str("s")))),
+		batch(vllmStored(kv(keyBlockHashes, arr(bin(make([]byte, 32)))), kv(keyOwnership, str(ownerRunner)))),
+		batch(vllmRemoved(kv(keyMedium, str("EXTERNAL")))),
+		batch(vllmStored(kv(keyTokenIDs, arr()), kv(keyMedium, str("CPU")))),
+		raw(tb, "dd7fffffff"),
+	}
+	for format, b := range roundTripBatches() {
+		seeds = append(seeds, mustEncode(tb, format, b))
+	}
+	for _, name := range []string{"sim-map", "sim-array"} {
+		f, err := os.Open("testdata/" + name + ".frames")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		frames, err := ReadFrames(f)
+		f.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, fr := range frames {
+			seeds = append(seeds, fr.Payload)
+		}
+	}
+	return seeds
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		var d Decoder
+		b, err := d.Decode(payload)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) || !(errors.Is(err, ErrMalformed) || errors.Is(err, ErrTooLarge)) {
+				t.Fatalf("error %v is not a DecodeError wrapping a sentinel", err)
+			}
+			if b.Events != nil {
+				t.Fatal("a rejected batch returned events")
+			}
+			return
+		}
+		for i, ev := range b.Events {
+			if ev.Kind == KindStored && !ev.Placeholder && len(ev.TokenIDs) != len(ev.BlockHashes)*ev.BlockSize {
+				t.Fatalf("event %d: %d tokens for %d blocks of %d", i, len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize)
+			}
+		}
+		// Every form that accepts the batch must give it back unchanged,
+		// but for the medium name, which the encoder always writes.
+		want := b
+		if b.Events != nil {
+			want.Events = make([]Event, len(b.Events))
+			for i, ev := range b.Events {
+				if ev.Medium == "" && ev.Kind != KindCleared {
+					ev.Medium = DefaultMedium(ev.Tier)
+				}
+				want.Events[i] = ev
+			}
+		}
+		for format := VLLMMap; format <= SGLangArray; format++ {
+			e := Encoder{Format: format}
+			p, err := e.Encode(b)
+			if err != nil {
+				continue
+			}
+			got, err := d.Decode(p)
+			if err != nil {
+				t.Fatalf("%v: decoding our own encoding: %v", format, err)
+			}
+			if math.IsNaN(want.TS) && math.IsNaN(got.TS) {
+				got.TS = want.TS
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%v: round trip\n%+v\nwant\n%+v", format, got, want)
+			}
+			if p2, err := e.Encode(got); err != nil || !bytes.Equal(p, p2) {
+				t.Fatalf("%v: encoding is not stable (%v)", format, err)
+			}
+		}
+	})
+}
+
+func FuzzParseFrame(f *testing.F) {
+	f.Add("kv@127.0.0.1:18102@fake-model 0000000000000001 93c0")
+	f.Add(" ffffffffffffffff ")
+	f.Add("a b c")
+	f.Fuzz(func(t *testing.T, line string) {
+		fr, err := ParseFrame(line)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("error %v is not ErrBadFrame", err)
+			}
+			return
+		}
+		back, err := ParseFrame(string(bytes.TrimSuffix(AppendFrame(nil, fr), []byte("\n"))))
+		if err != nil || !reflect.DeepEqual(back, fr) {
+			t.Fatalf("AppendFrame(%+v) reads back as %+v, %v", fr, back, err)
+		}
+	})
+}

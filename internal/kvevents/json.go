@@ -1,0 +1,156 @@
+package kvevents
+
+import (
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// BatchJSON renders a batch as one JSON object, the line format of
+// `kvrouter decode`. Hashes are unsigned decimals (JSON numbers beyond 2^53
+// lose precision in JavaScript, but operators compare them with what
+// engines log, which is these digits).
+type BatchJSON struct {
+	Batch Batch
+	// Frame, when set, adds its "topic" and "seq" first.
+	Frame *Frame
+}
+
+// MarshalJSON implements json.Marshaler.
+func (v BatchJSON) MarshalJSON() ([]byte, error) {
+	return v.AppendJSON(nil), nil
+}
+
+// AppendJSON appends the object, without a newline.
+func (v BatchJSON) AppendJSON(b []byte) []byte {
+	b = append(b, '{')
+	if v.Frame != nil {
+		b = append(b, `"topic":`...)
+		b = appendJSONString(b, v.Frame.Topic)
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, v.Frame.Seq, 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"ts":`...)
+	b = appendJSONFloat(b, v.Batch.TS)
+	b = append(b, `,"dp_rank":`...)
+	if v.Batch.HasDPRank {
+		b = strconv.AppendInt(b, int64(v.Batch.DPRank), 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"events":[`...)
+	for i := range v.Batch.Events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendEventJSON(b, &v.Batch.Events[i])
+	}
+	return append(b, "]}"...)
+}
+
+func appendEventJSON(b []byte, ev *Event) []byte {
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, ev.Kind.String())
+	if ev.Kind == KindStored || ev.Kind == KindRemoved {
+		b = append(b, `,"block_hashes":[`...)
+		for i, h := range ev.BlockHashes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, h, 10)
+		}
+		b = append(b, ']')
+	}
+	if ev.Kind == KindStored {
+		b = append(b, `,"parent_block_hash":`...)
+		if ev.HasParent {
+			b = strconv.AppendUint(b, ev.ParentHash, 10)
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, `,"token_ids":[`...)
+		for i, t := range ev.TokenIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(t), 10)
+		}
+		b = append(b, `],"block_size":`...)
+		b = strconv.AppendInt(b, int64(ev.BlockSize), 10)
+	}
+	if ev.Kind == KindStored || ev.Kind == KindRemoved {
+		b = append(b, `,"tier":`...)
+		b = appendJSONString(b, ev.Tier.String())
+	}
+	b = append(b, `,"ownership":`...)
+	if ev.Ownership == OwnedByRunner {
+		b = appendJSONString(b, ownerRunner)
+	} else {
+		b = append(b, "null"...)
+	}
+	if ev.Kind == KindStored {
+		b = append(b, `,"lora_name":`...)
+		b = appendJSONNullString(b, ev.LoRAName)
+		b = append(b, `,"cache_salt":`...)
+		b = appendJSONNullString(b, ev.CacheSalt)
+		b = append(b, `,"group_idx":`...)
+		b = strconv.AppendInt(b, int64(ev.GroupIdx), 10)
+	}
+	return append(b, '}')
+}
+
+// appendJSONFloat formats like encoding/json; JSON has no NaN or infinity,
+// so those become null.
+func appendJSONFloat(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		return strconv.AppendFloat(b, f, 'e', -1, 64)
+	}
+	return strconv.AppendFloat(b, f, 'f', -1, 64)
+}
+
+func appendJSONNullString(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, s)
+}
+
+// appendJSONString quotes s; invalid UTF-8 becomes U+FFFD as in
+// encoding/json, since engine strings are only as valid as the engine.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

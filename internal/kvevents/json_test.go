@@ -1,0 +1,54 @@
+package kvevents
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+)
+
+func TestBatchJSON(t *testing.T) {
+	var d Decoder
+	v1, err := d.Decode(mustHex(t, specV1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1.Events = append(v1.Events, Event{Kind: KindCleared})
+	tests := []struct {
+		name string
+		view BatchJSON
+		want string
+	}{
+		{"V1 plus cleared", BatchJSON{Batch: v1},
+			`{"ts":1700000000.5,"dp_rank":0,"events":[` +
+				`{"type":"BlockStored","block_hashes":[9561501211280363793],"parent_block_hash":null,"token_ids":[1,2,3,4],"block_size":4,"tier":"device","ownership":null,"lora_name":null,"cache_salt":null,"group_idx":0},` +
+				`{"type":"BlockRemoved","block_hashes":[9561501211280363793],"tier":"device","ownership":null},` +
+				`{"type":"AllBlocksCleared","ownership":null}]}`},
+		{"frame, no rank, every value set", BatchJSON{
+			Frame: &Frame{Topic: "kv@h:1@m", Seq: 7},
+			Batch: Batch{TS: 2, Events: []Event{
+				{Kind: KindStored, BlockHashes: []uint64{1<<64 - 1, 0}, ParentHash: 5, HasParent: true, BlockSize: 16,
+					Placeholder: true, Tier: TierHost, Ownership: OwnedByRunner, LoRAName: "a\"b", CacheSalt: "t\x01\xff", GroupIdx: 2},
+				{Kind: KindRemoved, Tier: TierExternal, Ownership: OwnedByRunner}}}},
+			`{"topic":"kv@h:1@m","seq":7,"ts":2,"dp_rank":null,"events":[` +
+				`{"type":"BlockStored","block_hashes":[18446744073709551615,0],"parent_block_hash":5,"token_ids":[],"block_size":16,"tier":"host","ownership":"kvcr","lora_name":"a\"b","cache_salt":"t\u0001\ufffd","group_idx":2},` +
+				`{"type":"BlockRemoved","block_hashes":[],"tier":"external","ownership":"kvcr"}]}`},
+		{"non-finite ts", BatchJSON{Batch: Batch{TS: math.NaN()}}, `{"ts":null,"dp_rank":null,"events":[]}`},
+		{"tiny ts", BatchJSON{Batch: Batch{TS: 1e-9, DPRank: 3, HasDPRank: true}}, `{"ts":1e-09,"dp_rank":3,"events":[]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := json.Marshal(tc.view)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("JSON =\n%s\nwant\n%s", got, tc.want)
+			}
+			// Whatever we print must be JSON that encoding/json agrees on.
+			var v map[string]any
+			if err := json.Unmarshal(got, &v); err != nil {
+				t.Errorf("output is not JSON: %v", err)
+			}
+		})
+	}
+}
