@@ -1,0 +1,66 @@
+package index
+
+import (
+	"cmp"
+	"slices"
+
+	"kvrouter/internal/kvevents"
+)
+
+// DumpChunk is the most blocks one op of a Dump carries, so that a
+// transport can frame a large inventory.
+const DumpChunk = 1024
+
+// Dump returns ops that rebuild src's residency exactly when applied to an
+// index where src holds nothing: one Store per tier and chunk, carrying
+// identities and depths (Op.Seqs, Op.Depths) rather than parent links,
+// because a source may hold a block whose parent it dropped. Blocks come in
+// depth order within a tier. It serves the initial inventory of a late
+// router and the resync after a gap.
+func (ix *Index) Dump(src Source) []Op {
+	s := ix.reg.lookup(src)
+	if s == nil {
+		return nil
+	}
+	type entry struct {
+		seq, e uint64
+		depth  uint32
+		tiers  uint32
+	}
+	s.mu.Lock()
+	ents := make([]entry, 0, len(s.engine))
+	for e, r := range s.engine {
+		sh := &ix.shards[r.shard()]
+		sh.mu.RLock()
+		if i, ok := sh.holds(r.slot(), s.id, e); ok {
+			n := &sh.nodes[r.slot()]
+			ents = append(ents, entry{n.seq, e, n.depth & maxDepth, sh.holder(n, i) & tierMask})
+		}
+		sh.mu.RUnlock()
+	}
+	s.mu.Unlock()
+	slices.SortFunc(ents, func(a, b entry) int {
+		if c := cmp.Compare(a.depth, b.depth); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+
+	var ops []Op
+	for t := range numTiers {
+		var op *Op
+		for _, en := range ents {
+			if en.tiers&(1<<t) == 0 {
+				continue
+			}
+			if op == nil || len(op.Hashes) == DumpChunk {
+				ops = append(ops, Op{Kind: OpStore, Tier: kvevents.Tier(t), Seqs: []uint64{}, Depths: []uint32{}})
+				op = &ops[len(ops)-1]
+			}
+			op.Hashes = append(op.Hashes, en.e)
+			op.Seqs = append(op.Seqs, en.seq)
+			op.Depths = append(op.Depths, en.depth)
+		}
+	}
+	return ops
+}

@@ -1,0 +1,198 @@
+package index
+
+// Recency: Match advances a logical clock; a node's stamp is the epoch
+// (1<<epochShift matches) of the last match that walked through it. Coarse
+// epochs keep stamps in 32 bits and spare most matches the store.
+const (
+	epochShift = 8
+	rebaseAt   = 1 << 31 // epochs past this are moved down by rebaseBy
+	rebaseBy   = 1 << 30
+)
+
+// evictKey orders nodes for eviction: least recent first and, at equal
+// recency, deepest first. Since a block is never more recent than its
+// ancestors (stores inherit the parent's stamp, matches touch whole
+// prefixes), evicting in this order takes a block's descendants with it.
+func evictKey(n *node) uint64 {
+	return uint64(n.loadStamp())<<32 | uint64(maxDepth-n.depth&maxDepth)
+}
+
+func (ix *Index) maybeEvict() {
+	if ix.maxBlocks <= 0 || ix.blocks.Load() <= int64(ix.maxBlocks) {
+		return
+	}
+	if !ix.evictMu.TryLock() {
+		return // another writer is evicting
+	}
+	defer ix.evictMu.Unlock()
+	ix.evict()
+}
+
+type staleEntry struct {
+	r ref
+	e uint64
+}
+
+// evict drops the least recent blocks down to 15/16 of the cap: evicting in
+// batches keeps the sweep's cost per inserted block constant.
+func (ix *Index) evict() {
+	low := int64(ix.maxBlocks) - int64(ix.maxBlocks)/16
+	k := int(ix.blocks.Load() - low)
+	if k <= 0 {
+		return
+	}
+	keys := make([]uint64, 0, ix.blocks.Load()+64)
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.RLock()
+		for j := range sh.nodes {
+			if n := &sh.nodes[j]; n.h0 != 0 || n.more != 0 {
+				keys = append(keys, evictKey(n))
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	if len(keys) == 0 {
+		return
+	}
+	k = min(k, len(keys))
+	th := selectKth(keys, k-1)
+	below := 0
+	for _, key := range keys {
+		if key < th {
+			below++
+		}
+	}
+	atTh := k - below // how many of the nodes at the threshold go
+
+	srcs := ix.reg.ids()
+	stale := make(map[uint32][]staleEntry)
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.Lock()
+		for j := range sh.nodes {
+			n := &sh.nodes[j]
+			if n.h0 == 0 && n.more == 0 {
+				continue
+			}
+			key := evictKey(n)
+			if key > th || key == th && atTh <= 0 {
+				continue
+			}
+			if key == th {
+				atTh--
+			}
+			ix.dropNode(sh, uint32(i), uint32(j), srcs, stale)
+		}
+		sh.mu.Unlock()
+	}
+
+	// Engine-hash entries naming evicted nodes are stale now; clean them
+	// under each source's own lock, re-checking, since the source may have
+	// stored the block again meanwhile.
+	for id, list := range stale {
+		if int(id) >= len(srcs) || srcs[id] == nil {
+			continue
+		}
+		s := srcs[id]
+		s.mu.Lock()
+		if !s.gone {
+			for _, se := range list {
+				if s.engine[se.e] != se.r {
+					continue
+				}
+				sh := &ix.shards[se.r.shard()]
+				sh.mu.RLock()
+				_, held := sh.holds(se.r.slot(), s.id, se.e)
+				sh.mu.RUnlock()
+				if !held {
+					delete(s.engine, se.e)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// dropNode removes every holder of a node and frees it.
+func (ix *Index) dropNode(sh *shard, si, slot uint32, srcs []*source, stale map[uint32][]staleEntry) {
+	n := &sh.nodes[slot]
+	for c := sh.holderCount(n); c > 0; c-- {
+		w := sh.holder(n, c-1)
+		id := w >> idShift
+		e := sh.engineOf(slot, w)
+		stale[id] = append(stale[id], staleEntry{mkref(si, slot), e})
+		if w&altBit != 0 {
+			delete(sh.alt, altKey(slot, id))
+		}
+		if int(id) < len(srcs) && srcs[id] != nil {
+			srcs[id].held.Add(-1)
+		}
+		ix.pairs.Add(-1)
+		sh.deleteHolder(n, c-1)
+	}
+	sh.freeNode(slot)
+	ix.blocks.Add(-1)
+	ix.evicted.Add(1)
+}
+
+// rebase moves every stamp down by rebaseBy epochs before they overflow.
+func (ix *Index) rebase() {
+	ix.evictMu.Lock()
+	defer ix.evictMu.Unlock()
+	if (ix.clock.Load()-ix.base.Load())>>epochShift < rebaseAt {
+		return // someone else did
+	}
+	ix.base.Add(rebaseBy << epochShift)
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.Lock()
+		for j := range sh.nodes {
+			n := &sh.nodes[j]
+			n.stamp = max(n.stamp, rebaseBy) - rebaseBy
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// selectKth returns the k-th smallest key (0-based), reordering keys.
+func selectKth(keys []uint64, k int) uint64 {
+	lo, hi := 0, len(keys)-1
+	for lo < hi {
+		// Median of three against sorted or constant runs.
+		mid := lo + (hi-lo)/2
+		if keys[mid] < keys[lo] {
+			keys[mid], keys[lo] = keys[lo], keys[mid]
+		}
+		if keys[hi] < keys[lo] {
+			keys[hi], keys[lo] = keys[lo], keys[hi]
+		}
+		if keys[hi] < keys[mid] {
+			keys[hi], keys[mid] = keys[mid], keys[hi]
+		}
+		pivot := keys[mid]
+		i, j := lo, hi
+		for i <= j {
+			for keys[i] < pivot {
+				i++
+			}
+			for keys[j] > pivot {
+				j--
+			}
+			if i <= j {
+				keys[i], keys[j] = keys[j], keys[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return keys[k]
+		}
+	}
+	return keys[k]
+}

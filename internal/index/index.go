@@ -1,0 +1,380 @@
+// Package index is the router's inventory: which source holds which KV block
+// on which tier, for one model and block size.
+//
+// A block's identity is its rolling sequence hash (kvhash, SPEC 3.1): it
+// commits to the whole prefix, so a node needs no parent or child links and
+// Match walks a request by hashing, never by pointer chasing. Sources keep
+// their own engine hashes beside it, because removals name them and hints
+// carry them.
+//
+// The index is pure core logic: no goroutines, no clock. Recency for
+// eviction is a logical clock advanced by Match.
+//
+// Concurrency: the index is split into shards by the top bits of the
+// identity, each with its own RWMutex held for one block at a time. Match
+// takes only read locks; ops of one source apply in order under that
+// source's mutex; ops of different sources proceed in parallel.
+//
+// Atomicity: an op is validated before it changes anything, so a rejected
+// op leaves no trace; Apply stops at the first rejected op and reports its
+// position (*OpError), the ops before it stay applied. A concurrent Match
+// may observe a store half done, as a shorter prefix of it, never more.
+package index
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"kvrouter/internal/kvhash"
+)
+
+// NumTiers is the number of tiers a block can reside on (kvevents.Tier).
+const NumTiers = numTiers
+
+// Config configures an Index.
+type Config struct {
+	// BlockSize is the number of tokens per block; every store's block
+	// size must equal it.
+	BlockSize int
+	// MaxBlocks caps the indexed block identities; past it the least
+	// recently matched blocks (and their descendants) are evicted down to
+	// 15/16 of the cap. 0 means unbounded.
+	MaxBlocks int
+}
+
+// Index is the inventory of one (model, block size).
+type Index struct {
+	blockSize int
+	maxBlocks int
+
+	shards [numShards]shard
+	reg    registry
+	conf   conflicts
+
+	clock atomic.Uint64 // matches so far; recency epochs derive from it
+	base  atomic.Uint64 // clock value of epoch 0, moved by rebase
+
+	blocks atomic.Int64
+	pairs  atomic.Int64
+
+	evictMu sync.Mutex
+
+	evicted        atomic.Uint64
+	unknownParent  atomic.Uint64
+	unknownRemove  atomic.Uint64
+	remapped       atomic.Uint64
+	conflictStores atomic.Uint64
+
+	scratch sync.Pool
+}
+
+// New returns an empty index.
+func New(cfg Config) (*Index, error) {
+	if cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("index: Config.BlockSize must be positive, got %d", cfg.BlockSize)
+	}
+	if cfg.MaxBlocks < 0 {
+		return nil, fmt.Errorf("index: Config.MaxBlocks must not be negative, got %d", cfg.MaxBlocks)
+	}
+	ix := &Index{blockSize: cfg.BlockSize, maxBlocks: cfg.MaxBlocks}
+	ix.reg.init()
+	ix.scratch.New = func() any { return new(scratch) }
+	return ix, nil
+}
+
+// BlockSize returns the index's tokens per block.
+func (ix *Index) BlockSize() int { return ix.blockSize }
+
+// Len returns the number of indexed block identities.
+func (ix *Index) Len() int { return int(ix.blocks.Load()) }
+
+// Apply applies ops of one source in order. See the package comment for
+// what is atomic.
+func (ix *Index) Apply(src Source, ops ...Op) error {
+	for {
+		s, err := ix.reg.resolve(src)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if s.gone { // removed between resolve and lock: intern anew
+			s.mu.Unlock()
+			continue
+		}
+		err = ix.applyLocked(s, ops)
+		s.mu.Unlock()
+		ix.maybeEvict()
+		return err
+	}
+}
+
+func (ix *Index) applyLocked(s *source, ops []Op) error {
+	var conf []uint32
+	for i := range ops {
+		op := &ops[i]
+		err := op.check(ix.blockSize)
+		if err == nil {
+			switch op.Kind {
+			case OpStore:
+				conf, err = ix.store(s, op, conf)
+			case OpRemove:
+				ix.remove(s, op.Hashes, 1<<op.Tier)
+			case OpClear:
+				tiers := uint32(1) << op.Tier
+				if op.AllTiers {
+					tiers = tierMask
+				}
+				ix.clear(s, tiers)
+			}
+		}
+		if err != nil {
+			return &OpError{Source: s.key, Pos: i, Kind: op.Kind, Err: err}
+		}
+	}
+	return nil
+}
+
+// store links op's blocks under their parent (or the root) for s.
+func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
+	var prev uint64
+	var depth, stamp uint32
+	switch {
+	case op.Seqs != nil:
+		stamp = ix.epoch()
+	case op.HasParent:
+		r, ok := s.engine[op.Parent]
+		if ok {
+			sh := &ix.shards[r.shard()]
+			sh.mu.RLock()
+			if _, ok = sh.holds(r.slot(), s.id, op.Parent); ok {
+				n := &sh.nodes[r.slot()]
+				prev, depth, stamp = n.seq, n.depth&maxDepth+1, n.loadStamp()
+			}
+			sh.mu.RUnlock()
+		}
+		if !ok {
+			ix.unknownParent.Add(1)
+			return conf, fmt.Errorf("%w: parent_block_hash %#x", ErrUnknownParent, op.Parent)
+		}
+		if int64(depth)+int64(len(op.Hashes)) > maxDepth {
+			return conf, fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidOp, maxDepth)
+		}
+	default:
+		// A root store is as recent as now; blocks under a parent inherit
+		// its recency, so a block is never more recent than its ancestors
+		// and eviction in recency order takes descendants first.
+		stamp = ix.epoch()
+	}
+	bit := uint32(1) << op.Tier
+	for i, e := range op.Hashes {
+		var seq uint64
+		d := depth + uint32(i)
+		switch {
+		case op.Seqs != nil:
+			seq, d = op.Seqs[i], op.Depths[i]
+		case i == 0 && !op.HasParent:
+			seq = op.Local[0]
+		default:
+			seq = kvhash.SequenceHash(prev, op.Local[i])
+		}
+		prev = seq
+		conf = ix.hold(s, seq, d, stamp, bit, e, conf)
+	}
+	return conf, nil
+}
+
+// hold records that s holds identity seq on the tier bit under engine hash e.
+func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64, conf []uint32) []uint32 {
+	si := shardOf(seq)
+	sh := &ix.shards[si]
+	sh.mu.Lock()
+	slot, ok := sh.find(seq)
+	if !ok {
+		slot = sh.newNode(seq, e, depth, stamp)
+		ix.blocks.Add(1)
+	}
+	n := &sh.nodes[slot]
+	i, found := sh.findHolder(n, s.id)
+	var prevE uint64
+	rehashed := false
+	conf = conf[:0]
+	if found {
+		w := sh.holder(n, i) | bit
+		prevE = sh.engineOf(slot, w)
+		sh.setHolder(n, i, w)
+		if prevE != e {
+			rehashed = true
+			sh.setEngine(slot, i, w, e)
+			conf = sh.disagree(conf, slot, s.id, e)
+		}
+	} else {
+		w := s.id<<idShift | bit
+		sh.insertHolder(n, i, w)
+		if e != n.engine {
+			sh.setEngine(slot, i, w, e)
+		}
+		conf = sh.disagree(conf, slot, s.id, e)
+		s.held.Add(1)
+		ix.pairs.Add(1)
+	}
+	sh.mu.Unlock()
+
+	if len(conf) > 0 {
+		ix.conflictStores.Add(1)
+		for _, id := range conf {
+			ix.conf.add(s.id, id)
+		}
+	}
+	r := mkref(si, slot)
+	if rehashed && s.engine[prevE] == r {
+		delete(s.engine, prevE)
+	}
+	if old, ok := s.engine[e]; ok && old != r {
+		// The source reused an engine hash for another identity: the last
+		// store wins, and the old block cannot be named by it anymore.
+		if _, held := ix.unhold(s, old, e, tierMask); held {
+			ix.remapped.Add(1)
+		}
+	}
+	s.engine[e] = r
+	return conf
+}
+
+// unhold clears tiers of s's holding at r if s holds r under e.
+func (ix *Index) unhold(s *source, r ref, e uint64, tiers uint32) (gone, held bool) {
+	sh := &ix.shards[r.shard()]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, held := sh.holds(r.slot(), s.id, e)
+	if !held {
+		return false, false
+	}
+	gone, nodeGone := sh.unhold(r.slot(), i, tiers)
+	if gone {
+		s.held.Add(-1)
+		ix.pairs.Add(-1)
+	}
+	if nodeGone {
+		ix.blocks.Add(-1)
+	}
+	return gone, true
+}
+
+func (ix *Index) remove(s *source, hashes []uint64, tiers uint32) {
+	for _, e := range hashes {
+		r, ok := s.engine[e]
+		if !ok {
+			ix.unknownRemove.Add(1)
+			continue
+		}
+		gone, held := ix.unhold(s, r, e, tiers)
+		if !held {
+			ix.unknownRemove.Add(1) // stale: evicted by the index
+		}
+		if gone || !held {
+			delete(s.engine, e)
+		}
+	}
+}
+
+func (ix *Index) clear(s *source, tiers uint32) {
+	for e, r := range s.engine {
+		if gone, held := ix.unhold(s, r, e, tiers); gone || !held {
+			delete(s.engine, e)
+		}
+	}
+	if len(s.engine) == 0 {
+		s.engine = make(map[uint64]ref) // maps never shrink
+	}
+}
+
+// RemoveSource drops everything src holds and forgets it (a worker left).
+func (ix *Index) RemoveSource(src Source) {
+	s := ix.reg.lookup(src)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return
+	}
+	ix.clear(s, tierMask)
+	s.gone = true
+	s.mu.Unlock()
+	ix.conf.forget(s.id)
+	ix.reg.drop(s)
+}
+
+// Conflict reports whether a and b were seen reporting different engine
+// hashes for the same block: their hash seeds differ, so a hint must never
+// ask one to pull the other's blocks.
+func (ix *Index) Conflict(a, b Source) bool {
+	sa, sb := ix.reg.lookup(a), ix.reg.lookup(b)
+	if sa == nil || sb == nil || sa == sb {
+		return false
+	}
+	return ix.conf.has(sa.id, sb.id)
+}
+
+// Sources returns the sources that hold anything, in no particular order.
+func (ix *Index) Sources() []Source {
+	var out []Source
+	for _, s := range ix.reg.ids() {
+		if s != nil && s.held.Load() > 0 {
+			out = append(out, s.key)
+		}
+	}
+	return out
+}
+
+// Stats is a snapshot of the index's size and counters.
+type Stats struct {
+	Blocks  int   // indexed block identities
+	Pairs   int   // (block, source) residencies
+	Sources int   // interned sources
+	Bytes   int64 // estimated memory in use
+	// Evicted counts blocks dropped to stay under Config.MaxBlocks.
+	Evicted uint64
+	// UnknownParent counts stores rejected because their source did not
+	// hold the parent: each is a gap to resync.
+	UnknownParent uint64
+	// UnknownRemove counts removals naming a hash the source did not hold.
+	UnknownRemove uint64
+	// Remapped counts stores that reused a source's engine hash for another
+	// identity, dropping the old block.
+	Remapped uint64
+	// ConflictPairs is the number of source pairs seen disagreeing on a
+	// block's engine hash; ConflictStores counts the stores that did.
+	ConflictPairs  int
+	ConflictStores uint64
+}
+
+// perEngineEntry estimates a Go map[uint64]ref entry with its control
+// byte and load-factor slack.
+const perEngineEntry = 26
+
+// Stats returns a snapshot; Bytes is an estimate (the benchmark measures
+// the heap).
+func (ix *Index) Stats() Stats {
+	st := Stats{
+		Blocks:         int(ix.blocks.Load()),
+		Pairs:          int(ix.pairs.Load()),
+		Sources:        ix.reg.count(),
+		Evicted:        ix.evicted.Load(),
+		UnknownParent:  ix.unknownParent.Load(),
+		UnknownRemove:  ix.unknownRemove.Load(),
+		Remapped:       ix.remapped.Load(),
+		ConflictPairs:  ix.conf.len(),
+		ConflictStores: ix.conflictStores.Load(),
+	}
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.RLock()
+		st.Bytes += sh.bytes()
+		sh.mu.RUnlock()
+	}
+	st.Bytes += int64(st.Pairs) * perEngineEntry
+	return st
+}
