@@ -1,6 +1,9 @@
 package kvevents
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -153,4 +156,57 @@ func appendJSONString(b []byte, s string) []byte {
 		i += size
 	}
 	return append(b, '"')
+}
+
+// WriteJSON decodes every frame src yields and writes each batch to w as one
+// line of BatchJSON; withFrame adds the frame's topic and seq. It stops at
+// the first error, naming the frame, after flushing the lines before it.
+func WriteJSON(w io.Writer, src Source, d *Decoder, withFrame bool) error {
+	bw := bufio.NewWriter(w)
+	var line []byte
+	for {
+		f, err := src.Next()
+		if err == io.EOF {
+			return bw.Flush()
+		}
+		if err != nil {
+			bw.Flush()
+			return err
+		}
+		b, err := d.Decode(f.Payload)
+		if err != nil {
+			bw.Flush()
+			if withFrame {
+				return fmt.Errorf("topic %q seq %d: %w", f.Topic, f.Seq, err)
+			}
+			return err
+		}
+		v := BatchJSON{Batch: b}
+		if withFrame {
+			v.Frame = &f
+		}
+		line = append(v.AppendJSON(line[:0]), '\n')
+		if _, err := bw.Write(line); err != nil {
+			return err
+		}
+	}
+}
+
+// SinglePayload is a Source of one frame holding payload, for a message
+// given without its topic and seq.
+func SinglePayload(payload []byte) Source {
+	return &single{f: Frame{Payload: payload}}
+}
+
+type single struct {
+	f    Frame
+	done bool
+}
+
+func (s *single) Next() (Frame, error) {
+	if s.done {
+		return Frame{}, io.EOF
+	}
+	s.done = true
+	return s.f, nil
 }

@@ -2,7 +2,9 @@ package kvevents
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -48,6 +50,45 @@ func TestBatchJSON(t *testing.T) {
 			var v map[string]any
 			if err := json.Unmarshal(got, &v); err != nil {
 				t.Errorf("output is not JSON: %v", err)
+			}
+		})
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	v1 := mustHex(t, specV1)
+	good := string(AppendFrame(nil, Frame{Topic: "kv", Seq: 4, Payload: batch()}))
+	tests := []struct {
+		name      string
+		src       Source
+		withFrame bool
+		want      string
+		err       string
+	}{
+		{"single payload", SinglePayload(v1), false,
+			`{"ts":1700000000.5,"dp_rank":0,"events":[{"type":"BlockStored","block_hashes":[9561501211280363793],"parent_block_hash":null,"token_ids":[1,2,3,4],"block_size":4,"tier":"device","ownership":null,"lora_name":null,"cache_salt":null,"group_idx":0},{"type":"BlockRemoved","block_hashes":[9561501211280363793],"tier":"device","ownership":null}]}` + "\n", ""},
+		{"frames", NewFrameReader(strings.NewReader(good + good)), true,
+			`{"topic":"kv","seq":4,"ts":1700000000.5,"dp_rank":0,"events":[]}` + "\n" +
+				`{"topic":"kv","seq":4,"ts":1700000000.5,"dp_rank":0,"events":[]}` + "\n", ""},
+		{"bad payload after a good one", NewFrameReader(strings.NewReader(good + "kv 0000000000000005 90\n")), true,
+			`{"topic":"kv","seq":4,"ts":1700000000.5,"dp_rank":0,"events":[]}` + "\n",
+			`topic "kv" seq 5: kvevents: decode envelope: malformed payload: 0-element envelope, want [ts, events] or [ts, events, data_parallel_rank]`},
+		{"bad line", NewFrameReader(strings.NewReader("nonsense\n")), true, "",
+			"line 1: bad capture line: want <topic> <seq> <payload hex>"},
+		{"bad single payload", SinglePayload(v1[:10]), false, "", "kvevents: decode envelope field events: malformed payload: truncated"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			err := WriteJSON(&out, tc.src, &Decoder{}, tc.withFrame)
+			if out.String() != tc.want {
+				t.Errorf("output =\n%s\nwant\n%s", out.String(), tc.want)
+			}
+			if got := fmt.Sprint(err); (tc.err == "" && err != nil) || (tc.err != "" && got != tc.err) {
+				t.Errorf("error = %v\nwant    %s", err, tc.err)
+			}
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Error("error spans lines; the CLI promises one")
 			}
 		})
 	}
