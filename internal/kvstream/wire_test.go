@@ -1,0 +1,120 @@
+package kvstream
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestParseMessage(t *testing.T) {
+	seq5 := []byte{0, 0, 0, 0, 0, 0, 0, 5}
+	tests := []struct {
+		name   string
+		frames [][]byte
+		want   string // "topic seq payload", or "" for malformed
+	}{
+		{"valid", [][]byte{[]byte("kv@h:1@m"), seq5, []byte("pl")}, "kv@h:1@m 5 pl"},
+		{"empty topic and payload", [][]byte{{}, seq5, {}}, " 5 "},
+		{"big endian", [][]byte{{}, {1, 2, 3, 4, 5, 6, 7, 8}, {}}, " 72623859790382856 "},
+		{"two frames", [][]byte{{}, seq5}, ""},
+		{"four frames", [][]byte{{}, seq5, {}, {}}, ""},
+		{"no frames", nil, ""},
+		{"short seq", [][]byte{{}, {5}, {}}, ""},
+		{"long seq", [][]byte{{}, append(seq5, 0), {}}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			topic, seq, payload, err := ParseMessage(tc.frames)
+			if tc.want == "" {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("error %v, want ErrMalformed", err)
+				}
+				return
+			}
+			if got := fmt.Sprintf("%s %d %s", topic, seq, payload); err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseReplayRequest(t *testing.T) {
+	tests := []struct {
+		name   string
+		frames [][]byte
+		want   uint64
+		ok     bool
+	}{
+		{"valid", [][]byte{{}, {0, 0, 0, 0, 0, 0, 1, 0}}, 256, true},
+		{"encoded", EncodeReplayRequest(1<<63 + 7), 1<<63 + 7, true},
+		{"delimiter not empty", [][]byte{{0}, {0, 0, 0, 0, 0, 0, 1, 0}}, 0, false},
+		{"no delimiter", [][]byte{{0, 0, 0, 0, 0, 0, 1, 0}}, 0, false},
+		{"short seq", [][]byte{{}, {1}}, 0, false},
+		{"extra frame", [][]byte{{}, {0, 0, 0, 0, 0, 0, 1, 0}, {}}, 0, false},
+		{"nothing", nil, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseReplayRequest(tc.frames)
+			if !tc.ok {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("error %v, want ErrMalformed", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseReplayReply(t *testing.T) {
+	tests := []struct {
+		name   string
+		frames [][]byte
+		want   string // "seq payload" or "end", "" for malformed
+	}{
+		{"batch", EncodeReplayReply(42, []byte("pl")), "42 pl"},
+		{"empty payload", EncodeReplayReply(0, nil), "0 "},
+		{"end marker", EncodeReplayEnd(), "end"},
+		{"end marker literal", [][]byte{{}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {}}, "end"},
+		{"delimiter not empty", [][]byte{{1}, make([]byte, 8), {}}, ""},
+		{"short seq", [][]byte{{}, make([]byte, 7), {}}, ""},
+		{"two frames", [][]byte{{}, make([]byte, 8)}, ""},
+		{"topic frame variant", [][]byte{{}, []byte("kv"), make([]byte, 8), {}}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			seq, payload, end, err := ParseReplayReply(tc.frames)
+			if tc.want == "" {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("error %v, want ErrMalformed", err)
+				}
+				return
+			}
+			got := fmt.Sprintf("%d %s", seq, payload)
+			if end {
+				got = "end"
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTopicKey(t *testing.T) {
+	tests := []struct{ topic, want string }{
+		{"", ""},
+		{"kv@h:1@m", "kv@h:1@m"},
+		{"kv@h:1@m\x00sgl-kv-epoch=7", "kv@h:1@m"},
+		{"\x00sgl-kv-epoch=7", ""},
+		{"kv\x00other", "kv\x00other"},
+	}
+	for _, tc := range tests {
+		if got := TopicKey(tc.topic); got != tc.want {
+			t.Errorf("TopicKey(%q) = %q, want %q", tc.topic, got, tc.want)
+		}
+	}
+}
