@@ -8,15 +8,6 @@ import (
 	"strings"
 )
 
-// Endpoint schemes and the wildcard hosts that make a publisher bind.
-const (
-	schemeTCP    = "tcp://"
-	schemeIPC    = "ipc://"
-	schemeInproc = "inproc://"
-	rankSuffix   = "_dp"
-	maxPort      = 65535
-)
-
 // ErrEndpoint is wrapped by every endpoint error.
 var ErrEndpoint = errors.New("kvstream: bad endpoint")
 

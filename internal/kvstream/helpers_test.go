@@ -75,7 +75,7 @@ func quietLogger() *slog.Logger {
 
 // freeTCP returns a loopback endpoint whose port was free a moment ago,
 // for sockets that must be bound by a peer we do not construct first.
-func freeTCP(t *testing.T) string {
+func freeTCP(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,7 +100,7 @@ func bindTCP(ep string) string {
 }
 
 // startSub runs a Subscriber until the test ends and returns its stream.
-func startSub(t *testing.T, cfg Config) (*Subscriber, <-chan Item) {
+func startSub(t testing.TB, cfg Config) (*Subscriber, <-chan Item) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
@@ -122,7 +122,7 @@ func startSub(t *testing.T, cfg Config) (*Subscriber, <-chan Item) {
 	return s, out
 }
 
-func startPub(t *testing.T, cfg PublisherConfig) *Publisher {
+func startPub(t testing.TB, cfg PublisherConfig) *Publisher {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
@@ -141,7 +141,7 @@ func (p *Publisher) setSkip(f func(seq uint64) bool) {
 	p.mu.Unlock()
 }
 
-func nextItem(t *testing.T, out <-chan Item) Item {
+func nextItem(t testing.TB, out <-chan Item) Item {
 	t.Helper()
 	select {
 	case it := <-out:
@@ -161,7 +161,7 @@ func isProbe(it Item) bool {
 
 // probe defeats ZMQ's slow joiner: it sends probes until one is delivered
 // and returns that probe's seq and the other items seen before it.
-func probe(t *testing.T, send func(payload []byte) uint64, out <-chan Item) (seq uint64, before []string) {
+func probe(t testing.TB, send func(payload []byte) uint64, out <-chan Item) (seq uint64, before []string) {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -182,7 +182,7 @@ func probe(t *testing.T, send func(payload []byte) uint64, out <-chan Item) (seq
 	}
 }
 
-func pubSender(t *testing.T, p *Publisher, topic string) func([]byte) uint64 {
+func pubSender(t testing.TB, p *Publisher, topic string) func([]byte) uint64 {
 	return func(payload []byte) uint64 {
 		seq, err := p.Publish(topic, payload)
 		if err != nil {

@@ -222,3 +222,67 @@ func TestDialBeforePublisherExists(t *testing.T) {
 		t.Fatalf("a first connection counted as a reconnect: %+v", st)
 	}
 }
+
+func TestPublishConcurrent(t *testing.T) {
+	checkLeaks(t)
+	p := startPub(t, PublisherConfig{Endpoint: anyTCP})
+	ep := tcpEndpoint(p.Addr())
+	s, out := startSub(t, Config{Endpoint: ep})
+	last, _ := probe(t, pubSender(t, p, "kv"), out)
+	const writers, each = 4, 50
+	done := make(chan struct{})
+	for w := range writers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				if _, err := p.Publish("kv", []byte(fmt.Sprint(w, "-", i))); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for range writers {
+		<-done
+	}
+	payloads := map[string]bool{}
+	for len(payloads) < writers*each {
+		it := nextItem(t, out)
+		if isProbe(it) {
+			continue
+		}
+		m, ok := it.(Message)
+		if !ok || m.Seq <= last {
+			t.Fatalf("got %s after seq %d", itemString(it), last)
+		}
+		last = m.Seq
+		payloads[string(m.Payload)] = true
+	}
+	if st := s.Stats(); st.Gaps != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestBindModeReplayFor(t *testing.T) {
+	checkLeaks(t)
+	ep := freeTCP(t)
+	fast := Backoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}
+	const topic = "kv@a:1@m"
+	p := startPub(t, PublisherConfig{Endpoint: ep, ReplayEndpoint: anyTCP, Backoff: fast})
+	replay := map[string]string{topic: tcpEndpoint(p.ReplayAddr())}
+	_, out := startSub(t, Config{Endpoint: ep, Bind: true, ReplayFor: func(key string) string { return replay[key] }})
+	last, _ := probe(t, pubSender(t, p, topic), out)
+	s0 := last + 100
+	p.setSkip(func(seq uint64) bool { return seq == s0+1 })
+	for seq := uint64(0); seq+1 < s0; {
+		seq, _ = p.Publish(topic, probePayload)
+	}
+	for range 3 {
+		p.Publish(topic, []byte("m"))
+	}
+	expectItems(t, out,
+		fmt.Sprintf("msg %s %d", topic, s0),
+		fmt.Sprintf("gap %s %d-%d", topic, s0+1, s0+1),
+		fmt.Sprintf("msg %s %d r", topic, s0+1),
+		fmt.Sprintf("healed %s %d-%d", topic, s0+1, s0+1),
+		fmt.Sprintf("msg %s %d", topic, s0+2))
+}

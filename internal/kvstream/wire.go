@@ -23,6 +23,13 @@ const (
 	requestFrames = 2
 	// replyFrames is a replay answer as the DEALER sees it: "", seq, payload.
 	replyFrames = 3
+
+	// Endpoint schemes, and the suffix an ipc/inproc endpoint gets per DP rank.
+	schemeTCP    = "tcp://"
+	schemeIPC    = "ipc://"
+	schemeInproc = "inproc://"
+	rankSuffix   = "_dp"
+	maxPort      = 65535
 )
 
 // ErrMalformed is wrapped by every parse error: the frames do not have the
