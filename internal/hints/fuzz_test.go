@@ -18,6 +18,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"source_control_endpoint":"x","block_hashes":[true],"mode":"move"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Parse(data)
+		samePaths(t, data, p, err)
 		if err != nil {
 			return
 		}

@@ -1,11 +1,9 @@
 package hints
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 )
@@ -39,21 +37,6 @@ type Parsed struct {
 	// Warnings lists accepted deviations (version mismatches): a consumer
 	// logs them but still honours the hint, as KVCR does.
 	Warnings []string
-}
-
-// Parse reads a hint as JSON: a kv.fetch envelope or the legacy flat form.
-// Numbers are read exactly, never through float64.
-func Parse(data []byte) (Parsed, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return Parsed{}, &FieldError{Field: "hint", Err: ErrMalformed, Msg: "not JSON: " + err.Error()}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Parsed{}, &FieldError{Field: "hint", Err: ErrMalformed, Msg: "trailing data after the JSON value"}
-	}
-	return ParseValue(v)
 }
 
 // ParseValue reads a hint already decoded into Go values, from JSON with
@@ -126,20 +109,34 @@ func parsePayload(prefix string, m map[string]any) (Hint, error) {
 			Msg: fmt.Sprintf("%s is not supported, only %q", describe(mode), modeCopy)}
 	}
 	field := prefix + keyBlockHashes
-	raw, ok := m[keyBlockHashes].([]any)
-	if !ok || len(raw) == 0 {
-		msg := "want a non-empty list, got " + kind(m[keyBlockHashes])
-		if ok {
-			msg = "empty"
-		}
-		return Hint{}, &FieldError{Field: field, Err: ErrBadBlockHashes, Msg: msg}
+	var hashes []uint64
+	var err error
+	switch list := m[keyBlockHashes].(type) {
+	case []any:
+		hashes, err = uniqueHashes(field, len(list), func(i int) (uint64, error) { return toUint64(list[i]) })
+	case rawList:
+		hashes, err = list.hashes(field)
+	default:
+		err = &FieldError{Field: field, Err: ErrBadBlockHashes, Msg: "want a non-empty list, got " + kind(list)}
 	}
-	hashes := make([]uint64, 0, len(raw))
-	seen := make(map[uint64]struct{}, len(raw))
-	for i, x := range raw {
-		u, err := toUint64(x)
+	if err != nil {
+		return Hint{}, err
+	}
+	return Hint{Endpoint: src, BlockHashes: hashes}, nil
+}
+
+// uniqueHashes reads n hashes through at, keeping the first of duplicates:
+// consumers use set membership, so order beyond that carries nothing.
+func uniqueHashes(field string, n int, at func(int) (uint64, error)) ([]uint64, error) {
+	if n == 0 {
+		return nil, &FieldError{Field: field, Err: ErrBadBlockHashes, Msg: "empty"}
+	}
+	hashes := make([]uint64, 0, n)
+	seen := make(map[uint64]struct{}, n)
+	for i := range n {
+		u, err := at(i)
 		if err != nil {
-			return Hint{}, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Err: ErrBadBlockHashes, Msg: err.Error()}
+			return nil, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Err: ErrBadBlockHashes, Msg: err.Error()}
 		}
 		if _, dup := seen[u]; dup {
 			continue
@@ -147,25 +144,13 @@ func parsePayload(prefix string, m map[string]any) (Hint, error) {
 		seen[u] = struct{}{}
 		hashes = append(hashes, u)
 	}
-	return Hint{Endpoint: src, BlockHashes: hashes}, nil
+	return hashes, nil
 }
 
 func toUint64(x any) (uint64, error) {
-	const want = "want an integer in [0, 2^64)"
 	switch n := x.(type) {
 	case json.Number:
-		s := string(n)
-		u, err := strconv.ParseUint(s, 10, 64)
-		if err == nil {
-			return u, nil
-		}
-		switch {
-		case strings.HasPrefix(s, "-"):
-			return 0, fmt.Errorf("%s, got negative %s", want, s)
-		case strings.ContainsAny(s, ".eE"):
-			return 0, fmt.Errorf("%s, got float %s", want, s)
-		}
-		return 0, fmt.Errorf("%s, got %s", want, s)
+		return parseDecimal(string(n))
 	case uint64:
 		return n, nil
 	case uint:
@@ -187,12 +172,29 @@ func toUint64(x any) (uint64, error) {
 	case int8:
 		return nonNegative(int64(n))
 	}
-	return 0, fmt.Errorf("%s, got %s", want, kind(x))
+	return 0, fmt.Errorf("%s, got %s", wantHash, kind(x))
+}
+
+const wantHash = "want an integer in [0, 2^64)"
+
+// parseDecimal reads a JSON number as a hash.
+func parseDecimal(s string) (uint64, error) {
+	u, err := strconv.ParseUint(s, 10, 64)
+	if err == nil {
+		return u, nil
+	}
+	switch {
+	case strings.HasPrefix(s, "-"):
+		return 0, fmt.Errorf("%s, got negative %s", wantHash, s)
+	case strings.ContainsAny(s, ".eE"):
+		return 0, fmt.Errorf("%s, got float %s", wantHash, s)
+	}
+	return 0, fmt.Errorf("%s, got %s", wantHash, s)
 }
 
 func nonNegative(n int64) (uint64, error) {
 	if n < 0 {
-		return 0, fmt.Errorf("want an integer in [0, 2^64), got negative %d", n)
+		return 0, fmt.Errorf("%s, got negative %d", wantHash, n)
 	}
 	return uint64(n), nil
 }
@@ -208,7 +210,7 @@ func kind(v any) string {
 		return "string"
 	case json.Number, float64, float32:
 		return "number"
-	case []any:
+	case []any, rawList:
 		return "list"
 	case map[string]any:
 		return "object"

@@ -1,7 +1,10 @@
 package hints
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"errors"
 	"reflect"
 	"strings"
@@ -58,7 +61,7 @@ func TestParse(t *testing.T) {
 			want: Hint{Endpoint: "tcp://h:1", BlockHashes: []uint64{1}}},
 
 		{name: "not JSON", in: `{"actions":`, err: ErrMalformed, field: "hint"},
-		{name: "trailing data", in: `{} []`, err: ErrMalformed, field: "trailing"},
+		{name: "trailing data", in: `{} []`, err: ErrMalformed, field: "not JSON"},
 		{name: "a list", in: `[1]`, err: ErrMalformed, field: "want an object"},
 		{name: "null", in: `null`, err: ErrMalformed, field: "want an object"},
 		{name: "actions not a list", in: `{"actions":{"0":{}}}`, err: ErrMalformed, field: "actions"},
@@ -92,6 +95,7 @@ func TestParse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := Parse([]byte(tt.in))
+			samePaths(t, []byte(tt.in), p, err)
 			if tt.err != nil {
 				var fe *FieldError
 				if !errors.Is(err, tt.err) || !errors.As(err, &fe) || !strings.Contains(err.Error(), tt.field) {
@@ -106,6 +110,25 @@ func TestParse(t *testing.T) {
 				t.Fatalf("got %+v, want %+v flat=%v with %d warnings", p, tt.want, tt.flat, tt.warnings)
 			}
 		})
+	}
+}
+
+// samePaths checks that Parse, which reads block hashes in place, and
+// ParseValue on the fully decoded hint agree.
+func samePaths(t *testing.T, data []byte, p Parsed, err error) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil || dec.More() {
+		return
+	}
+	if _, terr := dec.Token(); terr != io.EOF {
+		return
+	}
+	q, qerr := ParseValue(v)
+	if fmt.Sprint(err) != fmt.Sprint(qerr) || !reflect.DeepEqual(p, q) {
+		t.Fatalf("Parse and ParseValue disagree on %s:\n %+v, %v\n %+v, %v", data, p, err, q, qerr)
 	}
 }
 

@@ -86,7 +86,9 @@ type Request struct {
 	// Chain is the request's engine block hashes as far as the target's
 	// cache knows them (at least [0, PrefixToBeat) when available). It
 	// anchors suffix runs and is checked against the winner's chain.
-	Chain      []uint64
+	Chain []uint64
+	// Candidates holds at most one entry per source; the index merges a
+	// source's tiers into one depth.
 	Candidates []Candidate
 	// Meta looks a source up; false means unknown, which is never a source.
 	Meta func(Source) (Meta, bool)
@@ -110,6 +112,7 @@ const (
 	ReasonSaltMismatch            // ... was stored under another cache salt
 	ReasonHole                    // ... holds a run that does not join the target's prefix
 	ReasonChainTruncated          // the winner's depth exceeds its retained chain
+	ReasonChainMismatch           // the winner's chain disagrees with the request's
 	ReasonNotWorthPulling         // the policy prefers recomputing
 )
 
@@ -127,6 +130,7 @@ var reasonNames = [...]string{
 	ReasonSaltMismatch:     "salt_mismatch",
 	ReasonHole:             "hole",
 	ReasonChainTruncated:   "chain_truncated",
+	ReasonChainMismatch:    "chain_mismatch",
 	ReasonNotWorthPulling:  "not_worth_pulling",
 }
 
@@ -196,6 +200,12 @@ func Select(req Request, policy Policy) (Hint, Decision) {
 		run := c.Suffix
 		prefixBeyond := c.Depth > beat
 		runBeyond := run != nil && run.End > beat
+		// Skip what cannot change the outcome before the Meta lookup, the
+		// costly part. A skipped candidate is never the reported exclusion
+		// either: that is only reported when nothing won, and something
+		// already beats this one.
+		prefixBeyond = prefixBeyond && prefix.better(c.Depth, c.Source)
+		runBeyond = runBeyond && suffix.better(run.End, c.Source) && (!prefix.ok || run.End > prefix.reach)
 		if !prefixBeyond && !runBeyond {
 			continue
 		}
@@ -252,7 +262,7 @@ func Select(req Request, policy Policy) (Hint, Decision) {
 	if !agrees(req.Chain, win.start, payload) {
 		// The index says the hashes agree but the chains differ: it is
 		// inconsistent, and an unsure router sends no hint.
-		d.Reason = ReasonConflict
+		d.Reason = ReasonChainMismatch
 		return Hint{}, d
 	}
 	d.Estimate = policy.Consider(Pull{Source: win.src, Target: req.Target, ExtraBlocks: win.reach - beat})

@@ -142,7 +142,7 @@ func TestSelect(t *testing.T) {
 				c.Chain[1]++
 				return c
 			}(), prefix(w3, 4)},
-			reason: ReasonConflict, src: w2, end: 9},
+			reason: ReasonChainMismatch, src: w2, end: 9},
 		{name: "salted request ignores an unsalted candidate",
 			cands: []Candidate{prefix(w2, 9)}, reason: ReasonSaltMismatch, src: w2, end: 9,
 			edit: func(r *Request, m map[Source]Meta) { r.Salt = "tenant-a" }},
