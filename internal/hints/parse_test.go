@@ -3,9 +3,9 @@ package hints
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
