@@ -21,8 +21,9 @@ type Transport interface {
 	Close() error
 }
 
-// Receiver takes the blocks of one Pull. Its methods are called from the
-// Pull's goroutine, one at a time.
+// Receiver takes the blocks of one Pull. A transport may call it from more
+// than one goroutine (TCPTransport verifies checksums on a second one), so
+// implementations must be safe for concurrent use; the runner's are.
 type Receiver interface {
 	// Buffer returns the memory to receive key's block into, or nil when
 	// the block is no longer wanted (the transport then discards it).

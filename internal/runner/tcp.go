@@ -186,11 +186,20 @@ func (t *TCPTransport) pull(ctx context.Context, pc *peerConn, keys []uint64, rx
 
 // readAnswers reads one fetch's answers: a BLOCK or MISSING per key in
 // order, then END. Blocks are read straight into rx's buffers and committed
-// only once their checksum matches. A checksum mismatch does not stop the
-// read (ErrChecksum is returned at the end); anything else does.
+// only once their checksum matches, which a verifier goroutine checks while
+// the next block is read. A checksum mismatch does not stop the read
+// (ErrChecksum is returned at the end); anything else does. Every block
+// handed to the verifier is settled before readAnswers returns.
 func readAnswers(r io.Reader, hdr *[headerLen + blockHeadLen]byte, keys []uint64, blockBytes int, rx Receiver) (answered bool, err error) {
+	var v *verifier
+	defer func() {
+		if v != nil {
+			if verr := v.wait(); err == nil {
+				err = verr
+			}
+		}
+	}()
 	limits := clientLimits(blockBytes)
-	var sumErr error
 	for i := 0; i <= len(keys); i++ {
 		if _, err := io.ReadFull(r, hdr[:headerLen]); err != nil {
 			return answered, fmt.Errorf("read answer: %w", err)
@@ -207,7 +216,7 @@ func readAnswers(r io.Reader, hdr *[headerLen + blockHeadLen]byte, keys []uint64
 			if h.typ != msgEnd {
 				return answered, fmt.Errorf("%w: message type %d after the last answer, want END", ErrProtocol, h.typ)
 			}
-			return answered, sumErr
+			return answered, nil
 		}
 		want := keys[i]
 		switch h.typ {
@@ -238,17 +247,56 @@ func readAnswers(r io.Reader, hdr *[headerLen + blockHeadLen]byte, keys []uint64
 				rx.Abort(want)
 				return answered, fmt.Errorf("read block %#x: %w", want, err)
 			}
-			if xxh3.Hash(buf) != sum {
-				rx.Abort(want)
-				sumErr = fmt.Errorf("block %#x: %w", want, ErrChecksum)
-				continue
+			if v == nil {
+				v = startVerifier(rx)
 			}
-			rx.Commit(want, sum)
+			v.jobs <- verifyJob{key: want, sum: sum, buf: buf}
 		default:
 			return answered, fmt.Errorf("%w: message type %d in answers", ErrProtocol, h.typ)
 		}
 	}
 	panic("unreachable")
+}
+
+// verifier checks received blocks against their checksums on its own
+// goroutine, so that hashing one block overlaps reading the next, and
+// commits or aborts each. At most two blocks wait for it: one queued, one
+// being hashed.
+type verifier struct {
+	rx   Receiver
+	jobs chan verifyJob
+	done chan error
+}
+
+type verifyJob struct {
+	key, sum uint64
+	buf      []byte
+}
+
+func startVerifier(rx Receiver) *verifier {
+	v := &verifier{rx: rx, jobs: make(chan verifyJob, 1), done: make(chan error, 1)}
+	go v.run()
+	return v
+}
+
+func (v *verifier) run() {
+	var err error
+	for j := range v.jobs {
+		if xxh3.Hash(j.buf) != j.sum {
+			v.rx.Abort(j.key)
+			err = fmt.Errorf("block %#x: %w", j.key, ErrChecksum)
+			continue
+		}
+		v.rx.Commit(j.key, j.sum)
+	}
+	v.done <- err
+}
+
+// wait returns once every queued block is settled, with ErrChecksum if any
+// failed.
+func (v *verifier) wait() error {
+	close(v.jobs)
+	return <-v.done
 }
 
 func readPeerError(r io.Reader, n int) error {

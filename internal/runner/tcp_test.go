@@ -42,6 +42,12 @@ func startSource(t testing.TB, capacity int, tcp TCPConfig, keys ...uint64) *sou
 			t.Fatal(err)
 		}
 	}
+	return serve(t, r, tcp)
+}
+
+// serve runs a Server for r on a loopback port.
+func serve(t testing.TB, r *Runner, tcp TCPConfig) *source {
+	t.Helper()
 	if tcp.BlockBytes == 0 {
 		tcp.BlockBytes = testBlock
 	}
