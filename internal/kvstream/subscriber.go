@@ -24,7 +24,9 @@ type Config struct {
 	// kv@<host>:<port>@<model>): several publishers connect to one socket
 	// and are told apart by topic.
 	Bind bool
-	// Topic is the SUB prefix filter; "" takes every topic.
+	// Topic is the SUB prefix filter; "" takes every topic. A publisher
+	// stamps one seq counter across all its topics, so filtering away some
+	// of a connect-mode publisher's topics shows up as gaps.
 	Topic string
 	// ReplayEndpoint is the publisher's replay ROUTER, dialable; "" disables
 	// gap recovery. Connect mode only: in bind mode use ReplayFor.
