@@ -108,6 +108,7 @@ func TestSelectMatchesReferenceInAnyOrder(t *testing.T) {
 			hinted++
 		}
 		src, start, end, won := reference(req)
+		// Reasons from ReasonChainTruncated on refuse a chosen winner.
 		if chosen := d.Reason == ReasonHinted || d.Reason >= ReasonChainTruncated; won != chosen {
 			t.Fatalf("case %d: reference won=%v, Select %+v\n%+v", i, won, d, req.Candidates)
 		}
