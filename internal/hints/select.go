@@ -112,9 +112,9 @@ const (
 	ReasonSaltMismatch            // ... was stored under another cache salt
 	ReasonHole                    // ... holds a run that does not join the target's prefix
 	// From here on a winner was chosen, then refused.
-	ReasonChainTruncated          // the winner's depth exceeds its retained chain
-	ReasonChainMismatch           // the winner's chain disagrees with the request's
-	ReasonNotWorthPulling         // the policy prefers recomputing
+	ReasonChainTruncated  // the winner's depth exceeds its retained chain
+	ReasonChainMismatch   // the winner's chain disagrees with the request's
+	ReasonNotWorthPulling // the policy prefers recomputing
 )
 
 var reasonNames = [...]string{
