@@ -2,9 +2,9 @@ package index
 
 // Recency: Match advances a logical clock; a node's stamp is the epoch
 // (1<<epochShift matches) of the last match that walked through it. Coarse
-// epochs keep stamps in 32 bits and spare most matches the store.
+// epochs spare hot nodes a store on most matches.
 const (
-	epochShift = 8
+	epochShift = 4
 	rebaseAt   = 1 << 31 // epochs past this are moved down by rebaseBy
 	rebaseBy   = 1 << 30
 )

@@ -346,7 +346,7 @@ type Stats struct {
 	// identity, dropping the old block.
 	Remapped uint64
 	// ConflictPairs is the number of source pairs seen disagreeing on a
-	// block's engine hash; ConflictStores counts the stores that did.
+	// block's engine hash; ConflictStores counts the block stores that did.
 	ConflictPairs  int
 	ConflictStores uint64
 }

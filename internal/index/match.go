@@ -327,6 +327,7 @@ func (ix *Index) tick() uint32 {
 	e := (ix.clock.Add(1) - ix.base.Load()) >> epochShift
 	if e >= rebaseAt {
 		ix.rebase()
+		e = (ix.clock.Load() - ix.base.Load()) >> epochShift
 	}
 	return uint32(e)
 }

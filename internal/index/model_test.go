@@ -209,8 +209,9 @@ func sameMatches(t *testing.T, what string, got, want []Match) {
 			t.Fatalf("%s: results not deepest first: %+v", what, got)
 		}
 	}
-	got = slices.Clone(got)
+	got, want = slices.Clone(got), slices.Clone(want)
 	sortMatches(got)
+	sortMatches(want)
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d results, want %d\n got  %+v\n want %+v", what, len(got), len(want), got, want)
 	}
@@ -490,8 +491,18 @@ func checkInvariants(t *testing.T, ix *Index) {
 	}
 	held := int64(0)
 	for _, s := range srcs {
-		if s != nil {
-			held += s.held.Load()
+		if s == nil {
+			continue
+		}
+		held += s.held.Load()
+		for e, r := range s.engine {
+			sh := &ix.shards[r.shard()]
+			sh.mu.RLock()
+			_, ok := sh.holds(r.slot(), s.id, e)
+			sh.mu.RUnlock()
+			if !ok {
+				t.Fatalf("%s: stale engine entry %#x", s.key, e)
+			}
 		}
 	}
 	if held != int64(pairs) {
