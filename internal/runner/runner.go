@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"kvrouter/internal/kvevents"
@@ -81,13 +80,6 @@ type DepositOptions struct {
 	NoEvict bool
 }
 
-// Hint says which peer holds which blocks for one request, as parsed from
-// the router's kv.fetch hint.
-type Hint struct {
-	Source string   // the peer's control endpoint, tcp://host:port
-	Keys   []uint64 // engine block hashes the peer is said to hold
-}
-
 // State is a key's status for a request, from local knowledge only.
 type State uint8
 
@@ -124,15 +116,6 @@ type Stats struct {
 	FetchMisses    uint64 `json:"fetch_misses"` // requested keys not made local
 	Abandoned      uint64 `json:"abandoned"`
 	InventoryEvent uint64 `json:"inventory_events"`
-}
-
-type hintState struct {
-	source string
-	// keys maps each hinted key to whether this request gave up on it (the
-	// peer lacked it or the pull failed): given-up keys read MISS and are
-	// not asked for again.
-	keys     map[uint64]bool
-	conflict bool
 }
 
 // Runner is the thread-safe service around a Pool.
@@ -327,112 +310,6 @@ func (r *Runner) AppendQuery(dst []Status, keys []uint64, requestID string) []St
 		dst = append(dst, st)
 	}
 	return dst
-}
-
-// SubmitHint scopes hint to requestID. A second hint with the same source
-// adds its keys; one with another source fails closed: the request keeps no
-// hint (every hinted key reads MISS) until DiscardHint.
-func (r *Runner) SubmitHint(requestID string, hint Hint) error {
-	switch {
-	case requestID == "":
-		return fmt.Errorf("%w: empty request id", ErrHint)
-	case hint.Source == "":
-		return fmt.Errorf("%w: empty source endpoint", ErrHint)
-	case len(hint.Keys) == 0:
-		return fmt.Errorf("%w: no block hashes", ErrHint)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.hints[requestID]
-	if !ok {
-		if len(r.hints) >= r.cfg.MaxHints {
-			return fmt.Errorf("%w: %d requests hold hints (max hints)", ErrTooManyHints, len(r.hints))
-		}
-		h = &hintState{source: hint.Source, keys: make(map[uint64]bool, len(hint.Keys))}
-		r.hints[requestID] = h
-	}
-	if h.conflict {
-		return fmt.Errorf("request %q: %w", requestID, ErrHintConflict)
-	}
-	if h.source != hint.Source {
-		h.conflict = true
-		clear(h.keys)
-		return fmt.Errorf("request %q: %w: source %q, then %q", requestID, ErrHintConflict, h.source, hint.Source)
-	}
-	for _, k := range hint.Keys {
-		if _, seen := h.keys[k]; !seen {
-			h.keys[k] = false
-		}
-	}
-	return nil
-}
-
-// DiscardHint forgets requestID's hint.
-func (r *Runner) DiscardHint(requestID string) {
-	r.mu.Lock()
-	delete(r.hints, requestID)
-	r.mu.Unlock()
-}
-
-// Claim pins one block: its bytes stay valid and unchanged until Release.
-type Claim struct {
-	r        *Runner
-	slot     int
-	key      uint64
-	released atomic.Bool
-}
-
-func (r *Runner) newClaim(slot int, key uint64) *Claim {
-	return &Claim{r: r, slot: slot, key: key}
-}
-
-// Key returns the claimed block's key.
-func (c *Claim) Key() uint64 { return c.key }
-
-// Bytes returns the block. Do not use it after Release, and do not write it.
-func (c *Claim) Bytes() []byte { return c.r.pool.Buffer(c.slot) }
-
-// Release drops the pin; later calls do nothing.
-func (c *Claim) Release() {
-	if c.released.Swap(true) {
-		return
-	}
-	c.r.mu.Lock()
-	c.r.pool.Unpin(c.slot)
-	c.r.unlock()
-}
-
-// Read claims key's block, or returns ErrNotFound.
-func (r *Runner) Read(key uint64) (*Claim, error) {
-	r.mu.Lock()
-	slot, ok := r.pool.Pin(key)
-	r.unlock()
-	if !ok {
-		return nil, fmt.Errorf("read %#x: %w", key, ErrNotFound)
-	}
-	return r.newClaim(slot, key), nil
-}
-
-// acquire pins key's block for a peer server without allocating a Claim.
-func (r *Runner) acquire(key uint64) (slot int, sum uint64, sumKnown, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	slot, ok = r.pool.Pin(key)
-	if !ok {
-		return -1, 0, false, false
-	}
-	sum, sumKnown = r.pool.Sum(slot)
-	return slot, sum, sumKnown, true
-}
-
-// releaseSlot drops acquire's pin, caching a checksum the server computed.
-func (r *Runner) releaseSlot(slot int, sum uint64, computed bool) {
-	r.mu.Lock()
-	if computed {
-		r.pool.SetSum(slot, sum)
-	}
-	r.pool.Unpin(slot)
-	r.unlock()
 }
 
 // Evict removes keys' blocks and reports how many it removed. A claimed

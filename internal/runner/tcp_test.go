@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -269,5 +270,56 @@ func dropConns(s *Server) {
 			return
 		}
 		runtime.Gosched()
+	}
+}
+
+// TestServeUnderEviction churns the source's pool (evicting and reusing
+// slots) while a peer pulls from it. Blocks are sent under a pin, so every
+// block that arrives is whole: no checksum failure, no wrong bytes.
+func TestServeUnderEviction(t *testing.T) {
+	src := startSource(t, 4, TCPConfig{})
+	dst := newDest(t, Config{Capacity: 8}, TCPConfig{})
+	keys := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	stop := make(chan struct{})
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := keys[i%len(keys)]
+			src.r.Deposit(k, block(k), DepositOptions{})
+			if i%5 == 0 {
+				src.r.Evict(keys[(i+3)%len(keys)])
+			}
+		}
+	}()
+	rounds := 200
+	if testing.Short() {
+		rounds = 50
+	}
+	var pulled int
+	for i := 0; i < rounds; i++ {
+		req := strconv.Itoa(i)
+		dst.SubmitHint(req, Hint{Source: src.endpoint, Keys: keys})
+		res, err := dst.Fetch(context.Background(), req, keys)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		pulled += len(res.Local)
+		checkLocal(t, dst, res.Local, nil)
+		dst.DiscardHint(req)
+		dst.EvictAll()
+	}
+	close(stop)
+	<-churned
+	if pulled == 0 {
+		t.Fatal("no block was ever pulled")
+	}
+	if st := src.r.Stats(); st.Pinned != 0 {
+		t.Fatalf("source left pins: %+v", st)
 	}
 }
