@@ -1,0 +1,242 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"kvrouter/internal/bus"
+	"kvrouter/internal/index"
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
+)
+
+// indexSink is the consumer side as a router builds it: an index plus
+// per-source readiness.
+type indexSink struct {
+	mu    sync.Mutex
+	ix    *index.Index
+	ready map[index.Source]bool
+}
+
+func newIndexSink(t *testing.T) *indexSink {
+	ix, err := index.New(index.Config{BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &indexSink{ix: ix, ready: map[index.Source]bool{}}
+}
+
+func (s *indexSink) Reset(src index.Source) {
+	s.ix.RemoveSource(src)
+	s.mu.Lock()
+	s.ready[src] = false
+	s.mu.Unlock()
+}
+func (s *indexSink) Apply(src index.Source, ops []index.Op) error { return s.ix.Apply(src, ops...) }
+func (s *indexSink) SetReady(src index.Source, r bool) {
+	s.mu.Lock()
+	s.ready[src] = r
+	s.mu.Unlock()
+}
+func (s *indexSink) Gone(src index.Source) {
+	s.ix.RemoveSource(src)
+	s.mu.Lock()
+	delete(s.ready, src)
+	s.mu.Unlock()
+}
+func (s *indexSink) isReady(src index.Source) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready[src]
+}
+
+// agent is the producer side: a local index whose changes are committed
+// to the stream.
+type agent struct {
+	ix  *index.Index
+	pub *Publisher
+	rdy map[index.Source]bool
+}
+
+func newAgent(t *testing.T, b *bus.Bus, prefix string) *agent {
+	ix, _ := index.New(index.Config{BlockSize: 4})
+	a := &agent{ix: ix, pub: NewPublisher(b.Conn, prefix, nil), rdy: map[index.Source]bool{}}
+	if err := a.pub.ServeSnapshots(func() []State {
+		var out []State
+		for _, s := range a.ix.Sources() {
+			out = append(out, State{Source: s, Ready: a.rdy[s], Ops: a.ix.Dump(s)})
+		}
+		return out
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.pub.Close)
+	return a
+}
+
+func (a *agent) store(t *testing.T, src index.Source, tokens []uint32, hashes []uint64, parent uint64, hasParent bool) {
+	t.Helper()
+	op := index.Op{Kind: index.OpStore, Tier: kvevents.TierDevice, Hashes: hashes, Parent: parent, HasParent: hasParent,
+		Local: kvhash.LocalHashes(tokens, 4, kvhash.Seed), BlockSize: 4}
+	if err := a.pub.Commit(src, KindOps, []index.Op{op}, func() error { return a.ix.Apply(src, op) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (a *agent) setReady(t *testing.T, src index.Source) {
+	if err := a.pub.Commit(src, KindReady, nil, func() error { a.rdy[src] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func depth(ix *index.Index, local []uint64, src index.Source) int {
+	for _, m := range ix.Match(local, index.MatchOptions{}) {
+		if m.Source == src {
+			return m.Depth
+		}
+	}
+	return 0
+}
+
+func TestFollowerInitialInventoryGapAndEpoch(t *testing.T) {
+	b, err := bus.Open(context.Background(), bus.Options{Name: "relay-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	prefix := Prefix("w:1")
+	src := index.WorkerRank("w:1", 0)
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	local := kvhash.LocalHashes(tokens, 4, kvhash.Seed)
+
+	a := newAgent(t, b, prefix)
+	// Inventory that exists before any router attaches.
+	a.store(t, src, tokens[:4], []uint64{101}, 0, false)
+	a.setReady(t, src)
+
+	sink := newIndexSink(t)
+	var resyncs []string
+	var rmu sync.Mutex
+	f := &Follower{NC: b.Conn, Prefix: prefix, Sink: sink, Resynced: func(r string) { rmu.Lock(); resyncs = append(resyncs, r); rmu.Unlock() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+
+	eventually(t, "initial inventory", func() bool { return depth(sink.ix, local, src) == 1 && sink.isReady(src) })
+
+	// Live.
+	a.store(t, src, tokens[4:8], []uint64{102}, 101, true)
+	eventually(t, "live store", func() bool { return depth(sink.ix, local, src) == 2 })
+
+	// A message lost on the wire: the agent's state moves on, the cursor
+	// skips. The follower must notice at the next message and resync.
+	a.pub.mu.Lock()
+	a.pub.cursor++
+	a.pub.mu.Unlock()
+	lost := index.Op{Kind: index.OpStore, Tier: kvevents.TierDevice, Hashes: []uint64{103}, Parent: 102, HasParent: true,
+		Local: local[2:3], BlockSize: 4}
+	if err := a.ix.Apply(src, lost); err != nil {
+		t.Fatal(err)
+	}
+	a.setReady(t, src)
+	eventually(t, "resync after gap", func() bool { return depth(sink.ix, local, src) == 3 })
+
+	// The agent restarts: a new epoch with an empty inventory.
+	a2 := newAgent(t, b, prefix)
+	a.pub.Close()
+	a2.store(t, src, tokens[:4], []uint64{201}, 0, false)
+	eventually(t, "resync after restart", func() bool { return depth(sink.ix, local, src) == 1 })
+	if sink.isReady(src) {
+		t.Fatal("source ready although the restarted agent never said so")
+	}
+	a2.setReady(t, src)
+	eventually(t, "ready again", func() bool { return sink.isReady(src) })
+
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v", err)
+	}
+	rmu.Lock()
+	defer rmu.Unlock()
+	if !reflect.DeepEqual(resyncs, []string{"start", "gap", "epoch"}) {
+		t.Fatalf("resyncs = %v", resyncs)
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	in := Message{Epoch: 7, Cursor: 9, Source: index.CacheOwner("o"), Kind: KindOps, Ops: []index.Op{
+		{Kind: index.OpStore, Tier: kvevents.TierExternal, Hashes: []uint64{1 << 63, 2}, Parent: 5, HasParent: true, Local: []uint64{3, 4}, BlockSize: 16},
+		{Kind: index.OpClear, AllTiers: true},
+	}}
+	b, err := Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip\n got %+v\nwant %+v", out, in)
+	}
+	b2, _ := Encode(out)
+	if !bytes.Equal(b, b2) {
+		t.Fatal("re-encoding differs")
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	bad := []Message{
+		{Kind: KindOps}, // no source
+		{Kind: KindOps, Source: index.Source{Worker: "w", Owner: "o"}}, // both
+		{Kind: 99, Source: index.WorkerRank("w", 0)},
+		{Kind: KindOps, Source: index.WorkerRank("w", 0), Ops: []index.Op{{Kind: 9}}},
+	}
+	for i, m := range bad {
+		b, _ := Encode(m)
+		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("case %d: err = %v, want ErrMalformed", i, err)
+		}
+	}
+	if _, err := Decode([]byte{0xc1}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("garbage: %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	m, _ := Encode(Message{Epoch: 1, Cursor: 2, Source: index.WorkerRank("w", 1), Kind: KindOps,
+		Ops: []index.Op{{Kind: index.OpStore, Hashes: []uint64{1}, Local: []uint64{2}, BlockSize: 4}}})
+	f.Add(m)
+	e, _ := Encode(Message{Kind: KindEnd, Frame: 3})
+	f.Add(e)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		if err != nil {
+			return
+		}
+		b2, err := Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := Decode(b2)
+		if err != nil || !reflect.DeepEqual(m, m2) {
+			t.Fatalf("unstable round trip: %v", err)
+		}
+	})
+}
