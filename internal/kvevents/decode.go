@@ -139,16 +139,16 @@ func addNonZero(c *atomic.Uint64, n uint64) {
 	}
 }
 
-// scratch is the reusable working memory of one Decode call. Events are
-// built here with their slices recorded as spans; finish copies them into
-// exactly sized per-batch arrays, so a batch costs a handful of allocations
-// however many fields it has.
+// scratch is the reusable working memory of one Decode call. Hashes,
+// tokens and strings are gathered here and each event's share recorded as a
+// span; finish copies them into exactly sized per-batch arrays, so a batch
+// costs a handful of allocations however many fields it has.
 type scratch struct {
 	r      reader
 	hashes []uint64
 	tokens []uint32
 	strs   []byte
-	events []Event
+	events []Event // the batch's own; not reused
 	spans  []span
 	tally  tally
 	logger *slog.Logger
@@ -189,7 +189,7 @@ func (s *scratch) reset() {
 	s.hashes = s.hashes[:0]
 	s.tokens = s.tokens[:0]
 	s.strs = s.strs[:0]
-	s.events = s.events[:0]
+	s.events = nil
 	s.spans = s.spans[:0]
 	s.tally = tally{}
 	s.logger = nil
@@ -199,7 +199,7 @@ func (s *scratch) reset() {
 // not pin its memory for the life of the process.
 func (s *scratch) small() bool {
 	const limit = 1 << 20
-	return cap(s.hashes) <= limit && cap(s.tokens) <= limit && cap(s.strs) <= limit && cap(s.events) <= limit/64
+	return cap(s.hashes) <= limit && cap(s.tokens) <= limit && cap(s.strs) <= limit && cap(s.spans) <= limit/16
 }
 
 func envelopeError(field string, err error) error {
@@ -318,6 +318,9 @@ func (s *scratch) eventList() error {
 	if err != nil {
 		return envelopeError(keyEvents, err)
 	}
+	// Sized by the header for typical batches; a hostile count only
+	// reserves a bounded amount, and append grows past it when real.
+	s.events = make([]Event, 0, min(n, 256))
 	for i := range n {
 		if err := s.event(i); err != nil {
 			return err
@@ -333,8 +336,7 @@ func (s *scratch) finish(b *Batch) {
 	if len(s.events) == 0 {
 		return
 	}
-	events := make([]Event, len(s.events))
-	copy(events, s.events)
+	events := s.events[:len(s.events):len(s.events)]
 	var hashes []uint64
 	if len(s.hashes) > 0 {
 		hashes = make([]uint64, len(s.hashes))

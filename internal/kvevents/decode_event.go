@@ -147,7 +147,8 @@ type eventState struct {
 	strStart  int
 }
 
-// fieldError locates a failure inside an event.
+// fieldError locates a failure inside an event. It is made only on
+// failure: the success path returns a nil error, cheap to pass up.
 type fieldError struct {
 	f    field
 	elem int // element index, -1 for the field as a whole
@@ -155,11 +156,26 @@ type fieldError struct {
 	key  string // the key, for a field we do not know
 }
 
-func missing(f field) fieldError {
-	return fieldError{f, -1, fmt.Errorf("%w: missing", ErrMalformed), ""}
+func (e *fieldError) Error() string { return e.err.Error() }
+
+// fail wraps err, if any, with where it happened.
+func fail(f field, elem int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fieldError{f: f, elem: elem, err: err}
 }
 
-func (s *scratch) eventError(idx int, fe fieldError) error {
+func missing(f field) error {
+	return &fieldError{f: f, elem: -1, err: fmt.Errorf("%w: missing", ErrMalformed)}
+}
+
+// eventError turns a failure inside event idx into the batch's error.
+func (s *scratch) eventError(idx int, err error) error {
+	fe, ok := err.(*fieldError)
+	if !ok {
+		return &DecodeError{Event: idx, Err: err}
+	}
 	name := fieldNames[fe.f]
 	if fe.f == fUnknown {
 		name = fe.key
@@ -204,17 +220,16 @@ func (s *scratch) event(idx int) error {
 	s.spans = append(s.spans, span{})
 	ev, sp := &s.events[len(s.events)-1], &s.spans[len(s.spans)-1]
 	st := eventState{idx: idx, hashStart: len(s.hashes), tokStart: len(s.tokens), strStart: len(s.strs)}
-	var fe fieldError
 	if isMap {
-		fe = s.mapFields(n, kindFields(kind), ev, sp, &st)
+		err = s.mapFields(n, kindFields(kind), ev, sp, &st)
 	} else {
-		fe = s.arrayFields(n, kind, ev, sp, &st)
+		err = s.arrayFields(n, kind, ev, sp, &st)
 	}
-	if fe.err == nil {
-		fe = s.finishEvent(ev, sp, &st)
+	if err == nil {
+		err = s.finishEvent(ev, sp, &st)
 	}
-	if fe.err != nil {
-		return s.eventError(idx, fe)
+	if err != nil {
+		return s.eventError(idx, err)
 	}
 	return nil
 }
@@ -258,11 +273,11 @@ func kindFields(k Kind) fieldSet {
 	return clearedFields
 }
 
-func (s *scratch) mapFields(n int, allowed fieldSet, ev *Event, sp *span, st *eventState) fieldError {
+func (s *scratch) mapFields(n int, allowed fieldSet, ev *Event, sp *span, st *eventState) error {
 	for range n {
 		key, err := s.r.str()
 		if err != nil {
-			return fieldError{fUnknown, -1, err, ""}
+			return fail(fUnknown, -1, err)
 		}
 		f := fieldOf(key)
 		if !allowed.has(f) {
@@ -270,19 +285,19 @@ func (s *scratch) mapFields(n int, allowed fieldSet, ev *Event, sp *span, st *ev
 				s.tally.unknownKeys++
 			}
 			if err := s.r.skip(); err != nil {
-				return fieldError{f, -1, err, string(key)}
+				return &fieldError{f: f, elem: -1, err: err, key: string(key)}
 			}
 			continue
 		}
-		if fe := s.field(f, ev, sp, st); fe.err != nil {
-			return fe
+		if err := s.field(f, ev, sp, st); err != nil {
+			return err
 		}
 	}
-	return fieldError{}
+	return nil
 }
 
 // arrayFields reads positions 1..n-1 of an array event (the tag is read).
-func (s *scratch) arrayFields(n int, kind Kind, ev *Event, sp *span, st *eventState) fieldError {
+func (s *scratch) arrayFields(n int, kind Kind, ev *Event, sp *span, st *eventState) error {
 	var positions []field
 	switch kind {
 	case KindStored:
@@ -294,7 +309,7 @@ func (s *scratch) arrayFields(n int, kind Kind, ev *Event, sp *span, st *eventSt
 		if pos > len(positions) {
 			s.tally.unknownKeys++
 			if err := s.r.skip(); err != nil {
-				return fieldError{fUnknown, -1, err, "[" + strconv.Itoa(pos) + "]"}
+				return &fieldError{f: fUnknown, elem: -1, err: err, key: "[" + strconv.Itoa(pos) + "]"}
 			}
 			continue
 		}
@@ -304,15 +319,15 @@ func (s *scratch) arrayFields(n int, kind Kind, ev *Event, sp *span, st *eventSt
 				f = fSGLangExtra
 			}
 		}
-		if fe := s.field(f, ev, sp, st); fe.err != nil {
-			return fe
+		if err := s.field(f, ev, sp, st); err != nil {
+			return err
 		}
 	}
-	return fieldError{}
+	return nil
 }
 
 // field decodes one field's value into ev.
-func (s *scratch) field(f field, ev *Event, sp *span, st *eventState) fieldError {
+func (s *scratch) field(f field, ev *Event, sp *span, st *eventState) error {
 	st.seen |= 1 << f
 	var err error
 	switch f {
@@ -375,34 +390,34 @@ func (s *scratch) field(f field, ev *Event, sp *span, st *eventState) fieldError
 	default: // extra_keys, sliding window: accepted, not kept
 		err = s.r.skip()
 	}
-	return fieldError{f, -1, err, ""}
+	return fail(f, -1, err)
 }
 
-func (s *scratch) hashList(sp *span) fieldError {
+func (s *scratch) hashList(sp *span) error {
 	n, err := s.r.arrayLen()
 	if err != nil {
-		return fieldError{fBlockHashes, -1, err, ""}
+		return fail(fBlockHashes, -1, err)
 	}
 	start := len(s.hashes)
 	for i := range n {
 		h, err := s.r.hash()
 		if err != nil {
-			return fieldError{fBlockHashes, i, err, ""}
+			return fail(fBlockHashes, i, err)
 		}
 		s.hashes = append(s.hashes, h)
 	}
 	sp.hashes = [2]int{start, len(s.hashes)}
-	return fieldError{}
+	return nil
 }
 
 // tokenList reads token ids. EAGLE speculative decoding makes SGLang key
 // pages by bigrams, so each position arrives as the pair [t_i, t_i+1]; the
 // pair's first element is position i's own token, and taking it restores
 // the plain sequence the router hashes (the second is the next position's).
-func (s *scratch) tokenList(sp *span) fieldError {
+func (s *scratch) tokenList(sp *span) error {
 	n, err := s.r.arrayLen()
 	if err != nil {
-		return fieldError{fTokenIDs, -1, err, ""}
+		return fail(fTokenIDs, -1, err)
 	}
 	start := len(s.tokens)
 	for i := range n {
@@ -413,12 +428,12 @@ func (s *scratch) tokenList(sp *span) fieldError {
 			t, err = s.r.token()
 		}
 		if err != nil {
-			return fieldError{fTokenIDs, i, err, ""}
+			return fail(fTokenIDs, i, err)
 		}
 		s.tokens = append(s.tokens, t)
 	}
 	sp.tokens = [2]int{start, len(s.tokens)}
-	return fieldError{}
+	return nil
 }
 
 func (s *scratch) pairToken() (uint32, error) {
@@ -460,7 +475,7 @@ func (s *scratch) text(slot int, ev *Event, sp *span) error {
 
 // finishEvent checks what needs the whole event, then maps medium and
 // ownership, dropping the event when either is not one we know.
-func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) fieldError {
+func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) error {
 	if ev.Kind == KindStored || ev.Kind == KindRemoved {
 		if !st.seen.has(fBlockHashes) {
 			return missing(fBlockHashes)
@@ -476,8 +491,8 @@ func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) fieldError {
 		hashes := sp.hashes[1] - sp.hashes[0]
 		ev.Placeholder = tokens == 0 || ev.BlockSize == 0
 		if !ev.Placeholder && (tokens%ev.BlockSize != 0 || tokens/ev.BlockSize != hashes) {
-			return fieldError{fTokenIDs, -1, fmt.Errorf("%w: %d token ids for %d %s of %s %d",
-				ErrMalformed, tokens, hashes, keyBlockHashes, keyBlockSize, ev.BlockSize), ""}
+			return fail(fTokenIDs, -1, fmt.Errorf("%w: %d token ids for %d %s of %s %d",
+				ErrMalformed, tokens, hashes, keyBlockHashes, keyBlockSize, ev.BlockSize))
 		}
 	}
 	if st.medium != nil {
@@ -485,7 +500,7 @@ func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) fieldError {
 		if !ok {
 			s.tally.droppedMedium++
 			s.drop(st, "unknown medium", string(st.medium))
-			return fieldError{}
+			return nil
 		}
 		ev.Tier, ev.Medium = tier, name
 		// SGLang's KVCR linker reports runner-owned inventory this way.
@@ -496,12 +511,12 @@ func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) fieldError {
 	if st.badOwner {
 		s.tally.droppedOwnership++
 		s.drop(st, "ownership not "+strconv.Quote(ownerRunner), "")
-		return fieldError{}
+		return nil
 	}
 	if ev.Placeholder {
 		s.tally.placeholders++
 	}
-	return fieldError{}
+	return nil
 }
 
 // drop removes the event being decoded, and what it appended to scratch.
