@@ -103,6 +103,20 @@ type RuntimeEntry struct {
 	Value json.RawMessage `json:"value"`
 }
 
+// CanonicalRuntimeKey maps an older registration runtime-data key to its
+// current name, so a reader accepts both shapes; other keys pass unchanged.
+func CanonicalRuntimeKey(key string) string {
+	switch key {
+	case LegacyKeyHintCapability:
+		return KeyHintCapability
+	case LegacyKeyWorkerType:
+		return KeyWorkerType
+	case LegacyKeySourceControlEndpoints:
+		return KeySourceControlEndpoints
+	}
+	return key
+}
+
 // ParseEngine maps an engine name to an Engine.
 func ParseEngine(s string) (Engine, error) {
 	switch e := Engine(s); e {

@@ -144,3 +144,18 @@ func TestExtraConfigFileNeedsReader(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+func TestCanonicalRuntimeKey(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"kv_hint.transfer.v1", KeyHintCapability},
+		{"kv_hint_transfer_worker_type", KeyWorkerType},
+		{"kv_hint_transfer_source_control_endpoints", KeySourceControlEndpoints},
+		{"router_hint", "router_hint"},
+		{"router_hint_worker_type", "router_hint_worker_type"},
+		{"other", "other"},
+	} {
+		if got := CanonicalRuntimeKey(tt.in); got != tt.want {
+			t.Errorf("CanonicalRuntimeKey(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

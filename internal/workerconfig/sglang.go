@@ -79,7 +79,8 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 		return nil, err
 	}
 	if d.RunnerMode == RunnerNone {
-		d.Refusal = fmt.Sprintf("no KV cache runner: hints need --enable-unified-cache-external-linker with --unified-cache-external-linker-backend %s, or --hicache-storage-backend %s", backendKVCR, backendKVCR)
+		d.Refusal = fmt.Sprintf("no KV cache runner: hints need %s with %s %s, or %s %s",
+			flagLinker, flagLinkerBackend, backendKVCR, flagHiCacheBackend, backendKVCR)
 		if err := addEvents(d, events, opt, "", engineHost, false, ports); err != nil {
 			return nil, err
 		}
@@ -231,7 +232,7 @@ func sglangRunnerMode(o object) (RunnerMode, error) {
 			return "", err
 		}
 		if !on {
-			return "", configErr(ErrUnsupportedOption, sglHiCacheEnabled, "is false, but --hicache-storage-backend %s needs it; set --enable-hierarchical-cache", backendKVCR)
+			return "", configErr(ErrUnsupportedOption, sglHiCacheEnabled, "is false, but %s %s needs it; set %s", flagHiCacheBackend, backendKVCR, flagHierarchicalCache)
 		}
 		return RunnerHiCache, nil
 	}

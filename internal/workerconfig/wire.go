@@ -94,8 +94,12 @@ const (
 
 // SGLang flag spellings, for guidance in error messages.
 const (
-	flagExtraConfig = "--hicache-storage-backend-extra-config"
-	flagKVEvents    = "--kv-events-config"
+	flagExtraConfig       = "--hicache-storage-backend-extra-config"
+	flagKVEvents          = "--kv-events-config"
+	flagLinker            = "--enable-unified-cache-external-linker"
+	flagLinkerBackend     = "--unified-cache-external-linker-backend"
+	flagHiCacheBackend    = "--hicache-storage-backend"
+	flagHierarchicalCache = "--enable-hierarchical-cache"
 )
 
 // KVCR runner options inside the extra config (SGLang) or a secondary tier (vLLM).
