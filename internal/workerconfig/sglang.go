@@ -142,22 +142,32 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 		d.Refusal = refusal(reasons)
 		return finish(d)
 	}
-	rankPorts := make([][]int, t.dp)
+	rankPorts, err := attentionRankPorts(d, base, x.name(kvcrControlPort), ports)
+	if err != nil {
+		return nil, err
+	}
+	completeHints(d, host, rankPorts, owners)
+	return finish(d)
+}
+
+// attentionRankPorts lays out each local DP rank's runner ports: attention
+// rank a binds base + a, and DP rank i's ranks start at base + i*stride.
+func attentionRankPorts(d *Descriptor, base int, option string, ports portBook) ([][]int, error) {
+	rankPorts := make([][]int, d.DPSize)
 	for i := range rankPorts {
 		for j := 0; j < d.TPRanksPerDPRank; j++ {
-			p := base + i*d.ControlPortStride + j
+			rank := i*d.ControlPortStride + j
+			p := base + rank
 			if p > 65535 {
-				return nil, configErr(ErrInvalidPort, x.name(kvcrControlPort),
-					"%d + attention rank %d exceeds 65535; lower control_port", base, i*d.ControlPortStride+j)
+				return nil, configErr(ErrInvalidPort, option, "%d + attention rank %d exceeds 65535; lower control_port", base, rank)
 			}
-			if err := ports.addPort(p, fmt.Sprintf("%s + attention rank %d", x.name(kvcrControlPort), i*d.ControlPortStride+j)); err != nil {
+			if err := ports.addPort(p, fmt.Sprintf("%s + attention rank %d", option, rank)); err != nil {
 				return nil, err
 			}
 			rankPorts[i] = append(rankPorts[i], p)
 		}
 	}
-	completeHints(d, host, rankPorts, owners)
-	return finish(d)
+	return rankPorts, nil
 }
 
 func sglangTopology(o object) (sglTopology, error) {
