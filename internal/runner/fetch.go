@@ -101,7 +101,7 @@ func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (Fe
 		}
 		if gaveUp, ok := h.keys[k]; ok && !gaveUp {
 			if op == nil {
-				op = &fetchOp{r: r, source: h.source, slots: make(map[uint64]int), done: make(chan struct{})}
+				op = &fetchOp{r: r, source: h.source, keys: make([]uint64, 0, len(keys)), slots: make(map[uint64]int, len(keys)), done: make(chan struct{})}
 			}
 			op.keys = append(op.keys, k)
 			op.slots[k] = slotWanted
@@ -156,7 +156,7 @@ func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (Fe
 // result classifies keys by what the pool holds now and, for the missing
 // ones, marks h given up. Called with r.mu held (or before any state exists).
 func (r *Runner) result(keys []uint64, h *hintState) FetchResult {
-	var res FetchResult
+	res := FetchResult{Local: make([]uint64, 0, len(keys))}
 	for _, k := range keys {
 		if r.pool.Peek(k) == Present {
 			res.Local = append(res.Local, k)
@@ -258,7 +258,7 @@ func (op *fetchOp) Buffer(key uint64) []byte {
 	}
 	op.slots[key] = res.Slot
 	if res.HasEvicted {
-		r.queueLocked([]uint64{res.Evicted}, true)
+		r.queueKeyLocked(res.Evicted, true)
 	}
 	r.unlock()
 	return r.pool.Buffer(res.Slot)
@@ -279,7 +279,7 @@ func (op *fetchOp) Commit(key uint64, sum uint64) {
 	} else {
 		r.pool.Commit(s, sum, true, false)
 		r.fetched++
-		r.queueLocked([]uint64{key}, false)
+		r.queueKeyLocked(key, false)
 	}
 	r.resolveLocked(key)
 	r.unlock()

@@ -77,8 +77,8 @@ type PoolStats struct {
 	Pinned  int `json:"pinned"`  // slots that can be neither evicted nor reused: claimed, no_evict, being written, or removed while claimed
 	Pending int `json:"pending"` // slots being written (part of Pinned)
 
-	Hits      uint64 `json:"hits"`
-	Misses    uint64 `json:"misses"`
+	Hits      uint64 `json:"hits"`      // Lookup (the runner's Query) found the key held
+	Misses    uint64 `json:"misses"`    // Lookup found it absent or still being written
 	Evictions uint64 `json:"evictions"` // blocks evicted to make room
 	Removals  uint64 `json:"removals"`  // blocks removed on request (Remove, RemoveAll)
 	Low       bool   `json:"low"`

@@ -197,6 +197,13 @@ func (r *Runner) unlock() {
 	}
 }
 
+// queueKeyLocked queues a one-key event, allocating only with a sink.
+func (r *Runner) queueKeyLocked(key uint64, removed bool) {
+	if r.cfg.Sink != nil {
+		r.queueLocked([]uint64{key}, removed)
+	}
+}
+
 func (r *Runner) queueLocked(keys []uint64, removed bool) {
 	if r.cfg.Sink == nil || len(keys) == 0 {
 		return
@@ -263,7 +270,7 @@ func (r *Runner) Deposit(key uint64, block []byte, opts DepositOptions) (*Claim,
 		return nil, fmt.Errorf("deposit %#x: %w", key, err)
 	}
 	if res.HasEvicted {
-		r.queueLocked([]uint64{res.Evicted}, true)
+		r.queueKeyLocked(res.Evicted, true)
 	}
 	r.unlock()
 
@@ -272,7 +279,7 @@ func (r *Runner) Deposit(key uint64, block []byte, opts DepositOptions) (*Claim,
 
 	r.mu.Lock()
 	r.pool.Commit(res.Slot, 0, false, opts.NoEvict)
-	r.queueLocked([]uint64{key}, false)
+	r.queueKeyLocked(key, false)
 	r.resolveLocked(key)
 	r.unlock()
 	if opts.NoEvict {

@@ -58,23 +58,30 @@ func (s *Server) Serve(l net.Listener) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
+	var backoff time.Duration
 	for {
 		conn, err := l.Accept()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
-			delete(s.listeners, l)
+			if closed || errors.Is(err, net.ErrClosed) {
+				delete(s.listeners, l)
+			}
 			s.mu.Unlock()
 			if closed {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("accept: %w", err)
 			}
-			l.Close()
-			return fmt.Errorf("accept: %w", err)
+			// Out of file descriptors and the like: back off and retry
+			// rather than spin or stop serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		s.mu.Lock()
 		if s.closed || len(s.conns) >= s.cfg.MaxConns {
 			s.mu.Unlock()
