@@ -68,6 +68,26 @@ type tally struct {
 // Decoder turns engine payloads into Batches. Its zero value is ready to
 // use with DefaultMaxPayload; it is safe for concurrent use, and Stats may be
 // read while it decodes.
+//
+// It accepts every shape of SPEC 2.2–2.3 without being told which engine
+// or build sent it, and applies these rules:
+//   - Map fields are selected by name in any order; array fields by vLLM's
+//     declaration order. In a BlockStored array, a map at position 7 is
+//     SGLang's {"cache_salt": ...} element, anything else vLLM's lora_name.
+//   - Unknown event types and unknown keys or positions are skipped and
+//     counted; extra_keys and kv_cache_spec_sliding_window are not kept.
+//   - Medium nil means device. An unknown medium drops its event (counted):
+//     guessing a tier would put blocks where they are not.
+//   - Ownership absent or nil means worker-owned, "kvcr" runner-owned; any
+//     other value drops its event (counted).
+//   - Medium "EXTERNAL" is runner-owned (Tier external, OwnedByRunner)
+//     whatever the ownership field says: SGLang's KVCR linker has no
+//     ownership field and reports the runner's inventory this way.
+//   - A stored event with token_ids=[] or block_size=0 is a Placeholder
+//     (counted); any other must have len(token_ids) ==
+//     len(block_hashes)*block_size, or the batch is rejected.
+//   - A structural error anywhere rejects the whole batch with a
+//     *DecodeError; nothing of it is returned or counted but Rejected.
 type Decoder struct {
 	// MaxPayload caps a payload's size in bytes; 0 means DefaultMaxPayload.
 	MaxPayload int

@@ -28,21 +28,22 @@ func (v BatchJSON) MarshalJSON() ([]byte, error) {
 func (v BatchJSON) AppendJSON(b []byte) []byte {
 	b = append(b, '{')
 	if v.Frame != nil {
-		b = append(b, `"topic":`...)
+		b = appendJSONKey(b, 0, jsonTopic)
 		b = appendJSONString(b, v.Frame.Topic)
-		b = append(b, `,"seq":`...)
+		b = appendJSONKey(b, ',', jsonSeq)
 		b = strconv.AppendUint(b, v.Frame.Seq, 10)
 		b = append(b, ',')
 	}
-	b = append(b, `"ts":`...)
+	b = appendJSONKey(b, 0, jsonTS)
 	b = appendJSONFloat(b, v.Batch.TS)
-	b = append(b, `,"dp_rank":`...)
+	b = appendJSONKey(b, ',', jsonDPRank)
 	if v.Batch.HasDPRank {
 		b = strconv.AppendInt(b, int64(v.Batch.DPRank), 10)
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"events":[`...)
+	b = appendJSONKey(b, ',', jsonEvents)
+	b = append(b, '[')
 	for i := range v.Batch.Events {
 		if i > 0 {
 			b = append(b, ',')
@@ -53,10 +54,12 @@ func (v BatchJSON) AppendJSON(b []byte) []byte {
 }
 
 func appendEventJSON(b []byte, ev *Event) []byte {
-	b = append(b, `{"type":`...)
+	b = append(b, '{')
+	b = appendJSONKey(b, 0, jsonType)
 	b = appendJSONString(b, ev.Kind.String())
 	if ev.Kind == KindStored || ev.Kind == KindRemoved {
-		b = append(b, `,"block_hashes":[`...)
+		b = appendJSONKey(b, ',', jsonBlockHashes)
+		b = append(b, '[')
 		for i, h := range ev.BlockHashes {
 			if i > 0 {
 				b = append(b, ',')
@@ -66,41 +69,54 @@ func appendEventJSON(b []byte, ev *Event) []byte {
 		b = append(b, ']')
 	}
 	if ev.Kind == KindStored {
-		b = append(b, `,"parent_block_hash":`...)
+		b = appendJSONKey(b, ',', jsonParent)
 		if ev.HasParent {
 			b = strconv.AppendUint(b, ev.ParentHash, 10)
 		} else {
 			b = append(b, "null"...)
 		}
-		b = append(b, `,"token_ids":[`...)
+		b = appendJSONKey(b, ',', jsonTokenIDs)
+		b = append(b, '[')
 		for i, t := range ev.TokenIDs {
 			if i > 0 {
 				b = append(b, ',')
 			}
 			b = strconv.AppendUint(b, uint64(t), 10)
 		}
-		b = append(b, `],"block_size":`...)
+		b = append(b, ']')
+		b = appendJSONKey(b, ',', jsonBlockSize)
 		b = strconv.AppendInt(b, int64(ev.BlockSize), 10)
 	}
 	if ev.Kind == KindStored || ev.Kind == KindRemoved {
-		b = append(b, `,"tier":`...)
+		b = appendJSONKey(b, ',', jsonTier)
 		b = appendJSONString(b, ev.Tier.String())
 	}
-	b = append(b, `,"ownership":`...)
+	b = appendJSONKey(b, ',', jsonOwnership)
 	if ev.Ownership == OwnedByRunner {
 		b = appendJSONString(b, ownerRunner)
 	} else {
 		b = append(b, "null"...)
 	}
 	if ev.Kind == KindStored {
-		b = append(b, `,"lora_name":`...)
+		b = appendJSONKey(b, ',', jsonLoRAName)
 		b = appendJSONNullString(b, ev.LoRAName)
-		b = append(b, `,"cache_salt":`...)
+		b = appendJSONKey(b, ',', jsonCacheSalt)
 		b = appendJSONNullString(b, ev.CacheSalt)
-		b = append(b, `,"group_idx":`...)
+		b = appendJSONKey(b, ',', jsonGroupIdx)
 		b = strconv.AppendInt(b, int64(ev.GroupIdx), 10)
 	}
 	return append(b, '}')
+}
+
+// appendJSONKey writes sep (0 for none) and the quoted key with its colon;
+// keys are our ASCII constants and need no escaping.
+func appendJSONKey(b []byte, sep byte, key string) []byte {
+	if sep != 0 {
+		b = append(b, sep)
+	}
+	b = append(b, '"')
+	b = append(b, key...)
+	return append(b, '"', ':')
 }
 
 // appendJSONFloat formats like encoding/json; JSON has no NaN or infinity,
