@@ -1,0 +1,454 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"kvrouter/internal/tokenizer/internal/pretok"
+)
+
+// modelJSON is the "model" section of a tokenizer.json.
+type modelJSON struct {
+	Type                    string            `json:"type"`
+	Vocab                   map[string]uint32 `json:"vocab"`
+	Merges                  []mergeJSON       `json:"merges"`
+	UnkToken                *string           `json:"unk_token"`
+	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+	Dropout                 *float64          `json:"dropout"`
+	FuseUnk                 bool              `json:"fuse_unk"`
+	ByteFallback            bool              `json:"byte_fallback"`
+	IgnoreMerges            bool              `json:"ignore_merges"`
+}
+
+// mergeJSON is one merge, serialised either as "a b" or as ["a", "b"]. A
+// malformed entry is kept in bad so that the loader can name its index.
+type mergeJSON struct {
+	a, b string
+	bad  string
+}
+
+func (m *mergeJSON) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		// tokenizers splits on every space and wants exactly two parts.
+		a, b, ok := strings.Cut(s, " ")
+		if !ok || strings.Contains(b, " ") {
+			m.bad = s
+			return nil
+		}
+		m.a, m.b = a, b
+		return nil
+	}
+	var pair []string
+	if err := json.Unmarshal(data, &pair); err != nil || len(pair) != 2 {
+		m.bad = string(data)
+		return nil
+	}
+	m.a, m.b = pair[0], pair[1]
+	return nil
+}
+
+type mergeRule struct {
+	rank uint32 // lower merges first
+	id   uint32 // the merged token
+}
+
+const noRank = math.MaxUint32
+
+func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
+
+// bpe is the byte-pair-encoding model. In byte-level mode (when the
+// pre-tokenizer ends with ByteLevel) it works on raw bytes: the byte-level
+// alphabet is a bijection, so mapping each byte to its rune and looking the
+// rune up is the same as looking the byte up in a table built at load time,
+// and encoding skips building the mapped string.
+type bpe struct {
+	vocab  map[string]uint32 // as written in the file
+	tokens map[uint32]string
+	merges map[uint64]mergeRule
+
+	unk          uint32
+	hasUnk       bool
+	fuseUnk      bool
+	byteFallback bool
+	fallback     [256]uint32 // ids of the "<0xXX>" tokens
+	hasFallback  [256]bool
+	ignoreMerges bool
+
+	byteLevel bool
+	byteIDs   [256]uint32
+	hasByteID [256]bool
+	// byteLevelFallback[b] is what byte_fallback emits for byte b when its
+	// rune is missing from the vocabulary: the "<0xXX>" tokens of the
+	// rune's UTF-8, or nil.
+	byteLevelFallback [256][]uint32
+	// words maps a piece, as encodeWord receives it, to a vocabulary id;
+	// only built for ignore_merges.
+	words map[string]uint32
+
+	cache *wordCache
+}
+
+func newBPE(m *modelJSON, byteLevel bool) (*bpe, error) {
+	switch m.Type {
+	case "BPE":
+	case "":
+		if m.Merges == nil {
+			return nil, invalid("model.type", "missing")
+		}
+	default:
+		return nil, unsupported("model.type", "%q (only \"BPE\" is implemented)", m.Type)
+	}
+	if m.Vocab == nil {
+		return nil, invalid("model.vocab", "missing")
+	}
+	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
+		return nil, unsupported("model.continuing_subword_prefix", "%q", *m.ContinuingSubwordPrefix)
+	}
+	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
+		return nil, unsupported("model.end_of_word_suffix", "%q", *m.EndOfWordSuffix)
+	}
+	if m.Dropout != nil && *m.Dropout != 0 {
+		return nil, unsupported("model.dropout", "%v (random merges cannot match an engine)", *m.Dropout)
+	}
+	b := &bpe{
+		vocab:        m.Vocab,
+		tokens:       make(map[uint32]string, len(m.Vocab)),
+		merges:       make(map[uint64]mergeRule, len(m.Merges)),
+		fuseUnk:      m.FuseUnk,
+		byteFallback: m.ByteFallback,
+		ignoreMerges: m.IgnoreMerges,
+		byteLevel:    byteLevel,
+		cache:        newWordCache(),
+	}
+	for tok, id := range m.Vocab {
+		// Two tokens with one id: keep one deterministically.
+		if old, ok := b.tokens[id]; !ok || tok < old {
+			b.tokens[id] = tok
+		}
+	}
+	for i, mg := range m.Merges {
+		field := fmt.Sprintf("model.merges[%d]", i)
+		if mg.bad != "" {
+			return nil, invalid(field, "%s is not a pair of tokens", mg.bad)
+		}
+		a, ok := m.Vocab[mg.a]
+		if !ok {
+			return nil, invalid(field, "token %q is not in model.vocab", mg.a)
+		}
+		c, ok := m.Vocab[mg.b]
+		if !ok {
+			return nil, invalid(field, "token %q is not in model.vocab", mg.b)
+		}
+		id, ok := m.Vocab[mg.a+mg.b]
+		if !ok {
+			return nil, invalid(field, "merged token %q is not in model.vocab", mg.a+mg.b)
+		}
+		// A repeated pair takes its last rank, as in tokenizers.
+		b.merges[pairKey(a, c)] = mergeRule{rank: uint32(i), id: id}
+	}
+	if m.UnkToken != nil {
+		id, ok := m.Vocab[*m.UnkToken]
+		if !ok {
+			return nil, invalid("model.unk_token", "%q is not in model.vocab", *m.UnkToken)
+		}
+		b.unk, b.hasUnk = id, true
+	}
+	if b.byteFallback {
+		for i := range 256 {
+			b.fallback[i], b.hasFallback[i] = m.Vocab[fmt.Sprintf("<0x%02X>", i)]
+		}
+	}
+	if byteLevel {
+		for i := range 256 {
+			r := string(pretok.ByteRune(byte(i)))
+			b.byteIDs[i], b.hasByteID[i] = m.Vocab[r]
+			if !b.hasByteID[i] && b.byteFallback {
+				b.byteLevelFallback[i] = b.fallbackIDs(nil, []byte(r))
+			}
+		}
+	}
+	if b.ignoreMerges {
+		b.words = m.Vocab
+		if byteLevel {
+			b.words = make(map[string]uint32, len(m.Vocab))
+			var raw []byte
+			for tok, id := range m.Vocab {
+				var ok bool
+				if raw, ok = pretok.AppendDecoded(raw[:0], tok); ok {
+					b.words[string(raw)] = id
+				}
+			}
+		}
+	}
+	return b, nil
+}
+
+// fallbackIDs appends the "<0xXX>" ids of every byte of char, or returns
+// nil when one is missing.
+func (b *bpe) fallbackIDs(dst []uint32, char []byte) []uint32 {
+	for _, c := range char {
+		if !b.hasFallback[c] {
+			return nil
+		}
+		dst = append(dst, b.fallback[c])
+	}
+	return dst
+}
+
+// maxCachedWord bounds the pieces kept in the cache, as tokenizers does:
+// long pieces are rare and would crowd out the common ones.
+const maxCachedWord = 256
+
+// encodeWord appends the ids of one pre-tokenized piece.
+func (b *bpe) encodeWord(dst []uint32, w string, sc *scratch) []uint32 {
+	if w == "" {
+		return dst
+	}
+	if b.ignoreMerges {
+		if id, ok := b.words[w]; ok {
+			return append(dst, id)
+		}
+	}
+	if ids, ok := b.cache.get(w); ok {
+		return append(dst, ids...)
+	}
+	syms := b.merge(b.symbols(sc.syms[:0], w), sc)
+	sc.syms = syms[:0]
+	if len(w) < maxCachedWord {
+		b.cache.put(w, slices.Clone(syms))
+	}
+	return append(dst, syms...)
+}
+
+// symbols appends the initial symbols of w: one per character (per byte in
+// byte-level mode), with byte fallback and unknown tokens as in tokenizers.
+func (b *bpe) symbols(dst []uint32, w string) []uint32 {
+	pendingUnk := false
+	for i := 0; i < len(w); {
+		var (
+			id uint32
+			ok bool
+			n  = 1
+		)
+		if b.byteLevel {
+			id, ok = b.byteIDs[w[i]], b.hasByteID[w[i]]
+		} else {
+			_, n = utf8.DecodeRuneInString(w[i:])
+			id, ok = b.vocab[w[i:i+n]]
+		}
+		char := w[i : i+n]
+		i += n
+		if ok {
+			if pendingUnk {
+				dst = append(dst, b.unk)
+				pendingUnk = false
+			}
+			dst = append(dst, id)
+			continue
+		}
+		if b.byteFallback {
+			// tokenizers emits the fallback bytes at once but holds a
+			// pending unknown token until the next known character, so an
+			// unknown followed by fallback bytes comes out after them.
+			var fb []uint32
+			if b.byteLevel {
+				fb = b.byteLevelFallback[char[0]]
+			} else {
+				fb = b.fallbackIDs(nil, []byte(char))
+			}
+			if fb != nil {
+				dst = append(dst, fb...)
+				continue
+			}
+		}
+		if b.hasUnk {
+			if pendingUnk && !b.fuseUnk {
+				dst = append(dst, b.unk)
+			}
+			pendingUnk = true
+		}
+		// Without an unknown token the character is dropped, as in
+		// tokenizers.
+	}
+	if pendingUnk {
+		dst = append(dst, b.unk)
+	}
+	return dst
+}
+
+func (b *bpe) rule(x, y uint32) mergeRule {
+	if r, ok := b.merges[pairKey(x, y)]; ok {
+		return r
+	}
+	return mergeRule{rank: noRank}
+}
+
+// scanLimit is the word length up to which a linear scan for the best pair
+// beats a heap.
+const scanLimit = 48
+
+// merge applies merges to syms until none applies: always the
+// lowest-ranked pair, the leftmost among equals, which is the order of
+// tokenizers' priority queue.
+func (b *bpe) merge(syms []uint32, sc *scratch) []uint32 {
+	if len(syms) < 2 || len(b.merges) == 0 {
+		return syms
+	}
+	if len(syms) > scanLimit {
+		return b.mergeHeap(syms, sc)
+	}
+	return b.mergeScan(syms, sc)
+}
+
+func (b *bpe) mergeScan(syms []uint32, sc *scratch) []uint32 {
+	rules := sc.rules[:0]
+	for i := 0; i+1 < len(syms); i++ {
+		rules = append(rules, b.rule(syms[i], syms[i+1]))
+	}
+	for {
+		best, rank := -1, uint32(noRank)
+		for i := range rules {
+			if rules[i].rank < rank {
+				best, rank = i, rules[i].rank
+			}
+		}
+		if best < 0 {
+			break
+		}
+		syms[best] = rules[best].id
+		syms = slices.Delete(syms, best+1, best+2)
+		rules = slices.Delete(rules, best, best+1)
+		if best > 0 {
+			rules[best-1] = b.rule(syms[best-1], syms[best])
+		}
+		if best < len(rules) {
+			rules[best] = b.rule(syms[best], syms[best+1])
+		}
+	}
+	sc.rules = rules[:0]
+	return syms
+}
+
+// mergeHeap is mergeScan for long words: symbols in a linked list and
+// candidate pairs in a min-heap on (rank, position), stale candidates
+// skipped when popped.
+func (b *bpe) mergeHeap(syms []uint32, sc *scratch) []uint32 {
+	n := len(syms)
+	next := slices.Grow(sc.nextPos[:0], n)[:n]
+	prev := slices.Grow(sc.prevPos[:0], n)[:n]
+	for i := range n {
+		prev[i], next[i] = int32(i-1), int32(i+1)
+	}
+	next[n-1] = -1
+	h := candHeap(sc.heap[:0])
+	for i := 0; i+1 < n; i++ {
+		if r := b.rule(syms[i], syms[i+1]); r.rank != noRank {
+			h = append(h, cand{rank: r.rank, pos: int32(i), left: syms[i], right: syms[i+1], id: r.id})
+		}
+	}
+	h.init()
+	for len(h) > 0 {
+		c := h.pop()
+		p := c.pos
+		q := next[p]
+		// A candidate is current only while both of its symbols are
+		// unchanged; merged-away symbols are unlinked, so a dead position
+		// never has its old neighbour.
+		if q < 0 || syms[p] != c.left || syms[q] != c.right || prev[q] != p {
+			continue
+		}
+		syms[p] = c.id
+		next[p] = next[q]
+		if next[q] >= 0 {
+			prev[next[q]] = p
+		}
+		prev[q], next[q] = -2, -2 // dead
+		if pp := prev[p]; pp >= 0 {
+			if r := b.rule(syms[pp], syms[p]); r.rank != noRank {
+				h.push(cand{rank: r.rank, pos: pp, left: syms[pp], right: syms[p], id: r.id})
+			}
+		}
+		if nq := next[p]; nq >= 0 {
+			if r := b.rule(syms[p], syms[nq]); r.rank != noRank {
+				h.push(cand{rank: r.rank, pos: p, left: syms[p], right: syms[nq], id: r.id})
+			}
+		}
+	}
+	out := syms[:0]
+	for i := int32(0); i >= 0; i = next[i] {
+		out = append(out, syms[i])
+	}
+	sc.nextPos, sc.prevPos, sc.heap = next[:0], prev[:0], h[:0]
+	return out
+}
+
+type cand struct {
+	rank        uint32
+	pos         int32
+	left, right uint32
+	id          uint32
+}
+
+func (c cand) less(d cand) bool {
+	return c.rank < d.rank || c.rank == d.rank && c.pos < d.pos
+}
+
+// candHeap is a binary min-heap, written out to avoid container/heap's
+// interface calls in the inner loop.
+type candHeap []cand
+
+func (h candHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *candHeap) push(c cand) {
+	*h = append(*h, c)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !s[i].less(s[parent]) {
+			break
+		}
+		s[i], s[parent] = s[parent], s[i]
+		i = parent
+	}
+}
+
+func (h *candHeap) pop() cand {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	*h = s[:last]
+	h.down(0)
+	return top
+}
+
+func (h candHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].less(h[l]) {
+			m = r
+		}
+		if !h[m].less(h[i]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}

@@ -1,0 +1,215 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/template"
+	"unicode"
+)
+
+// Message is one chat message.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Template renders chat messages into the prompt text an engine would
+// tokenize. Encode the result with addSpecial=false: the formats carry
+// their own BOS, as engines assume for chat requests.
+type Template interface {
+	Render(msgs []Message, addGenerationPrompt bool) (string, error)
+}
+
+var (
+	// ErrUnknownTemplate is returned for a template name or a
+	// chat_template that matches no built-in format.
+	ErrUnknownTemplate = errors.New("unknown chat template")
+	// ErrBadMessage is returned for a message a template cannot render.
+	ErrBadMessage = errors.New("bad chat message")
+)
+
+// ChatML is the <|im_start|>role\ncontent<|im_end|>\n format of Qwen and
+// many others.
+type ChatML struct {
+	// DefaultSystem, if set, is the system message rendered when the
+	// conversation does not start with one (Qwen2 and Qwen2.5 do this).
+	DefaultSystem string
+	// ToolResponses renders "tool" messages as Qwen2.5 and Qwen3 do: a run
+	// of them becomes one user turn of <tool_response> blocks.
+	ToolResponses bool
+}
+
+// Render implements Template.
+func (c ChatML) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	var b strings.Builder
+	if c.DefaultSystem != "" && (len(msgs) == 0 || msgs[0].Role != "system") {
+		b.WriteString("<|im_start|>system\n" + c.DefaultSystem + "<|im_end|>\n")
+	}
+	for i, m := range msgs {
+		if err := checkRole(i, m.Role); err != nil {
+			return "", err
+		}
+		if c.ToolResponses && m.Role == "tool" {
+			if i == 0 || msgs[i-1].Role != "tool" {
+				b.WriteString("<|im_start|>user")
+			}
+			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
+				b.WriteString("<|im_end|>\n")
+			}
+			continue
+		}
+		b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+	}
+	if addGenerationPrompt {
+		b.WriteString("<|im_start|>assistant\n")
+	}
+	return b.String(), nil
+}
+
+// Llama3 is the format of Llama 3 and 3.0-style templates: a BOS, then
+// headers around each role, with the content trimmed as the template's
+// Jinja `trim` does. The date preamble of Llama 3.1 and later is not
+// produced.
+type Llama3 struct{}
+
+// Render implements Template.
+func (Llama3) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	var b strings.Builder
+	b.WriteString("<|begin_of_text|>")
+	for i, m := range msgs {
+		if err := checkRole(i, m.Role); err != nil {
+			return "", err
+		}
+		b.WriteString("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n" + pyStrip(m.Content) + "<|eot_id|>")
+	}
+	if addGenerationPrompt {
+		b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
+	}
+	return b.String(), nil
+}
+
+// Plain renders "role: content" lines, for models without a chat format.
+type Plain struct{}
+
+// Render implements Template.
+func (Plain) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	var b strings.Builder
+	for i, m := range msgs {
+		if err := checkRole(i, m.Role); err != nil {
+			return "", err
+		}
+		b.WriteString(m.Role + ": " + m.Content + "\n")
+	}
+	if addGenerationPrompt {
+		b.WriteString("assistant: ")
+	}
+	return b.String(), nil
+}
+
+// checkRole refuses roles that would let a message forge the markers
+// around it.
+func checkRole(i int, role string) error {
+	if role == "" || strings.ContainsAny(role, "\n<>|") {
+		return fmt.Errorf("tokenizer: messages[%d].role %q: %w", i, role, ErrBadMessage)
+	}
+	return nil
+}
+
+// pyStrip is Python's str.strip(), which Jinja's trim filter calls; its
+// whitespace includes the separators U+001C to U+001F, unlike Go's.
+func pyStrip(s string) string {
+	return strings.TrimFunc(s, func(r rune) bool {
+		return 0x1C <= r && r <= 0x1F || unicode.IsSpace(r)
+	})
+}
+
+const (
+	qwenSystem   = "You are a helpful assistant."
+	qwen25System = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+)
+
+var builtin = map[string]Template{
+	"chatml":  ChatML{},
+	"qwen2":   ChatML{DefaultSystem: qwenSystem},
+	"qwen2.5": ChatML{DefaultSystem: qwen25System, ToolResponses: true},
+	"qwen3":   ChatML{ToolResponses: true},
+	"llama3":  Llama3{},
+	"plain":   Plain{},
+}
+
+// TemplateNames lists the names TemplateByName accepts.
+func TemplateNames() []string {
+	names := make([]string, 0, len(builtin))
+	for n := range builtin {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TemplateByName returns a built-in template: "chatml", "qwen2",
+// "qwen2.5", "qwen3", "llama3" or "plain".
+func TemplateByName(name string) (Template, error) {
+	if t, ok := builtin[name]; ok {
+		return t, nil
+	}
+	return nil, fmt.Errorf("tokenizer: chat template %q (known: %s): %w", name, strings.Join(TemplateNames(), ", "), ErrUnknownTemplate)
+}
+
+// DetectTemplate picks the built-in format of a tokenizer_config.json
+// chat_template by the marker tokens it contains. The Jinja program itself
+// is not executed, so a template that adds text the built-in format does
+// not (dates, tool schemas) is refused rather than approximated.
+func DetectTemplate(chatTemplate string) (Template, error) {
+	switch {
+	case strings.TrimSpace(chatTemplate) == "":
+		return nil, fmt.Errorf("tokenizer: chat_template is empty: %w", ErrUnknownTemplate)
+	case strings.Contains(chatTemplate, "<|start_header_id|>"):
+		if strings.Contains(chatTemplate, "Cutting Knowledge Date") {
+			return nil, fmt.Errorf("tokenizer: chat_template is Llama 3.1 or later, whose date preamble is not built in; configure a Go text/template: %w", ErrUnknownTemplate)
+		}
+		return Llama3{}, nil
+	case strings.Contains(chatTemplate, "<|im_start|>"):
+		c := ChatML{ToolResponses: strings.Contains(chatTemplate, "<tool_response>")}
+		switch {
+		case strings.Contains(chatTemplate, qwen25System):
+			c.DefaultSystem = qwen25System
+		case strings.Contains(chatTemplate, qwenSystem):
+			c.DefaultSystem = qwenSystem
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("tokenizer: chat_template has none of the markers of the built-in formats (<|im_start|>, <|start_header_id|>); configure a Go text/template: %w", ErrUnknownTemplate)
+}
+
+// GoTemplate renders messages with a Go text/template, for formats that
+// are not built in. The template sees .Messages ([]Message) and
+// .AddGenerationPrompt (bool), and the function trim (Jinja's trim).
+type GoTemplate struct {
+	t *template.Template
+}
+
+// NewTemplate parses a Go text/template; see GoTemplate.
+func NewTemplate(name, text string) (*GoTemplate, error) {
+	t, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{"trim": pyStrip}).Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: chat template %q: %w", name, err)
+	}
+	return &GoTemplate{t: t}, nil
+}
+
+// Render implements Template.
+func (g *GoTemplate) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	var b strings.Builder
+	data := struct {
+		Messages            []Message
+		AddGenerationPrompt bool
+	}{msgs, addGenerationPrompt}
+	if err := g.t.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("tokenizer: chat template %q: %w", g.t.Name(), err)
+	}
+	return b.String(), nil
+}
