@@ -25,6 +25,11 @@ type Options struct {
 	// Resolve resolves host names for the loopback check; nil checks only
 	// literals and localhost names.
 	Resolve Resolver
+	// AllowLoopback accepts a loopback advertise host (and a loopback
+	// control_host bind), for single-host deployments such as the local
+	// demo cluster, where every peer runs on this machine and loopback IS
+	// dialable by all of them. Wildcard and unspecified hosts stay refused.
+	AllowLoopback bool
 }
 
 // eventsConfig is a parsed kv_events_config with events enabled.

@@ -34,6 +34,7 @@ type caseOptions struct {
 	AdvertiseHost string              `json:"advertise_host"`
 	Resolve       map[string][]string `json:"resolve"`
 	Files         map[string]string   `json:"files"`
+	AllowLoopback bool                `json:"allow_loopback"`
 }
 
 var sentinels = map[string]error{
@@ -57,7 +58,7 @@ var baseResolve = map[string][]string{
 }
 
 func (c caseOptions) options() Options {
-	opt := Options{DPStart: c.DPStart, AdvertiseHost: c.AdvertiseHost}
+	opt := Options{DPStart: c.DPStart, AdvertiseHost: c.AdvertiseHost, AllowLoopback: c.AllowLoopback}
 	table := make(map[string][]string, len(baseResolve)+len(c.Resolve))
 	for k, v := range baseResolve {
 		table[k] = v

@@ -66,6 +66,10 @@ type Descriptor struct {
 	// HintCapable: a refused worker is never half-registered.
 	RuntimeData []RuntimeEntry `json:"runtime_data"`
 
+	// SingleHost: built with Options.AllowLoopback, so advertised endpoints
+	// may be loopback; Validate accepts them only then.
+	SingleHost bool `json:"single_host,omitempty"`
+
 	HintCapable bool   `json:"hint_capable"`
 	Refusal     string `json:"refusal"` // why not HintCapable; empty when capable
 	// Warnings are facts an operator should know that do not block.
@@ -231,7 +235,7 @@ func (d *Descriptor) validateHints() error {
 				s.DPRank, len(s.TPEndpoints), s.TPEndpoints, d.TPRanksPerDPRank, s.Endpoint)
 		}
 		for _, ep := range s.TPEndpoints {
-			if err := checkAdvertised(ep); err != nil {
+			if err := checkAdvertised(ep, d.SingleHost); err != nil {
 				return descriptorErr("DP rank %d: %v", s.DPRank, err)
 			}
 			if other, dup := ports[ep]; dup {
@@ -318,7 +322,7 @@ func (d *Descriptor) checkRanks(field string, ranks []int) error {
 }
 
 // checkAdvertised re-checks an advertised tcp endpoint without a resolver.
-func checkAdvertised(ep string) error {
+func checkAdvertised(ep string, allowLoopback bool) error {
 	e, err := parseZMQ(ep, "endpoint")
 	if err != nil {
 		return err
@@ -326,7 +330,7 @@ func checkAdvertised(ep string) error {
 	if e.scheme != schemeTCP {
 		return fmt.Errorf("%s is not tcp://", ep)
 	}
-	if _, problem := hostProblem(bracket(e.host)); problem != "" {
+	if _, problem := checkHost(bracket(e.host), allowLoopback); problem != "" {
 		return fmt.Errorf("%s: host %s", ep, problem)
 	}
 	return nil

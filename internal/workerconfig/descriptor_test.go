@@ -97,6 +97,18 @@ func TestValidateCatchesBrokenDescriptors(t *testing.T) {
 	}
 }
 
+// A loopback endpoint is valid only in a descriptor built for a single host.
+func TestValidateSingleHost(t *testing.T) {
+	d := buildCase(t, EngineSGLang, "single_host_loopback")
+	if err := d.Validate(); err != nil {
+		t.Fatalf("single-host descriptor: %v", err)
+	}
+	d.SingleHost = false
+	if err := d.Validate(); !errors.Is(err, ErrInvalidDescriptor) || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("loopback endpoint without SingleHost: Validate() = %v", err)
+	}
+}
+
 func TestCheckEventBlockSize(t *testing.T) {
 	d := buildCase(t, EngineSGLang, "linker_tp1_full") // kv_block_size 16
 	tests := []struct {

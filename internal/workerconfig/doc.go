@@ -15,6 +15,8 @@
 // option in linker mode, the legacy local_dram_bytes, a missing
 // publish_inventory — is an error matching ErrInvalidConfig (and a narrower
 // sentinel), and the message names the option in the operator's words.
+// Options.AllowLoopback lifts the loopback rule for single-host clusters,
+// where every peer can dial loopback; the descriptor records it (SingleHost).
 //
 // A valid configuration that hints cannot use yet gives a descriptor with
 // HintCapable false and Refusal saying why; the worker stays a plain routing

@@ -100,25 +100,35 @@ func FuzzParseZMQ(f *testing.F) {
 }
 
 // FuzzPeerHost: an accepted host yields a tcp:// endpoint that parses, and
-// its host is itself acceptable.
+// its host is itself acceptable, with and without AllowLoopback; what is
+// accepted without it is accepted with it.
 func FuzzPeerHost(f *testing.F) {
 	for _, s := range []string{"10.0.0.7", "fd00::1", "[fd00::1]", "node-7.local", "localhost", "0.0.0.0", "::ffff:127.0.0.1", "a:1", "fe80::1%eth0", "worker-0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		urlHost, _, err := peerHost(s, "opt", "set opt", fuzzResolve)
-		if err != nil {
-			if !errors.Is(err, ErrUndialableHost) {
-				t.Fatalf("%q: error outside ErrUndialableHost: %v", s, err)
+		strict := ""
+		for _, allow := range []bool{false, true} {
+			urlHost, _, err := peerHost(s, "opt", "set opt", fuzzResolve, allow)
+			if err != nil {
+				if !errors.Is(err, ErrUndialableHost) {
+					t.Fatalf("%q: error outside ErrUndialableHost: %v", s, err)
+				}
+				if allow && strict != "" {
+					t.Fatalf("%q accepted without AllowLoopback but refused with it: %v", s, err)
+				}
+				continue
 			}
-			return
-		}
-		ep := schemeTCP + urlHost + ":25000"
-		if err := checkAdvertised(ep); err != nil {
-			t.Fatalf("%q accepted but %s is not advertisable: %v", s, ep, err)
-		}
-		if again, problem := hostProblem(urlHost); problem != "" || again != urlHost {
-			t.Fatalf("%q -> %q is not stable: %q %q", s, urlHost, again, problem)
+			if !allow {
+				strict = urlHost
+			}
+			ep := schemeTCP + urlHost + ":25000"
+			if err := checkAdvertised(ep, allow); err != nil {
+				t.Fatalf("%q accepted but %s is not advertisable: %v", s, ep, err)
+			}
+			if again, problem := checkHost(urlHost, allow); problem != "" || again != urlHost {
+				t.Fatalf("%q -> %q is not stable: %q %q", s, urlHost, again, problem)
+			}
 		}
 	})
 }

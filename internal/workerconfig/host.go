@@ -15,6 +15,13 @@ type Resolver func(host string) ([]string, error)
 // hostProblem says why a host cannot be dialed by peers; empty means fine.
 // urlHost is the host as written inside tcp:// (IPv6 bracketed).
 func hostProblem(raw string) (urlHost string, problem string) {
+	return checkHost(raw, false)
+}
+
+// checkHost is hostProblem with loopback hosts accepted when every peer runs
+// on this machine (Options.AllowLoopback); wildcards and unspecified
+// addresses stay refused, since nobody can dial them.
+func checkHost(raw string, allowLoopback bool) (urlHost string, problem string) {
 	switch {
 	case raw == "":
 		return "", "is empty"
@@ -44,7 +51,7 @@ func hostProblem(raw string) (urlHost string, problem string) {
 		}
 	}
 	if addr, err := netip.ParseAddr(host); err == nil {
-		return addrProblem(raw, addr)
+		return addrProblem(raw, addr, allowLoopback)
 	}
 	if strings.Contains(host, ":") {
 		if _, err := netip.ParseAddrPort(host); err == nil || strings.Count(host, ":") == 1 {
@@ -55,13 +62,13 @@ func hostProblem(raw string) (urlHost string, problem string) {
 	if p := hostnameProblem(host); p != "" {
 		return "", fmt.Sprintf("%q %s", raw, p)
 	}
-	if isLocalhostName(host) {
+	if isLocalhostName(host) && !allowLoopback {
 		return "", fmt.Sprintf("%q is a loopback name, which peers cannot dial", raw)
 	}
 	return host, ""
 }
 
-func addrProblem(raw string, addr netip.Addr) (string, string) {
+func addrProblem(raw string, addr netip.Addr, allowLoopback bool) (string, string) {
 	if addr.Zone() != "" {
 		return "", fmt.Sprintf("%q carries an IPv6 zone, which only this host understands", raw)
 	}
@@ -69,7 +76,7 @@ func addrProblem(raw string, addr netip.Addr) (string, string) {
 	switch {
 	case addr.IsUnspecified():
 		return "", fmt.Sprintf("%q is the unspecified address, which peers cannot dial", raw)
-	case addr.IsLoopback():
+	case addr.IsLoopback() && !allowLoopback:
 		return "", fmt.Sprintf("%q is a loopback address, which peers cannot dial", raw)
 	case addr.IsMulticast():
 		return "", fmt.Sprintf("%q is a multicast address", raw)
@@ -119,9 +126,10 @@ func isLocalhostName(host string) bool {
 // peerHost validates a host that other machines dial and returns its tcp://
 // form. guidance tells the operator which option to set; it is appended to
 // every failure. A name that cannot be resolved here is accepted with a
-// warning: peers may resolve it where this agent cannot.
-func peerHost(raw, option, guidance string, lookup Resolver) (urlHost, warning string, err error) {
-	urlHost, problem := hostProblem(raw)
+// warning: peers may resolve it where this agent cannot. allowLoopback
+// accepts loopback literals, names and resolutions (single-host clusters).
+func peerHost(raw, option, guidance string, lookup Resolver, allowLoopback bool) (urlHost, warning string, err error) {
+	urlHost, problem := checkHost(raw, allowLoopback)
 	if problem != "" {
 		return "", "", configErr(ErrUndialableHost, option, "%s; %s", problem, guidance)
 	}
@@ -141,7 +149,7 @@ func peerHost(raw, option, guidance string, lookup Resolver) (urlHost, warning s
 			continue
 		}
 		addr = addr.Unmap()
-		if addr.IsLoopback() || addr.IsUnspecified() {
+		if (addr.IsLoopback() && !allowLoopback) || addr.IsUnspecified() {
 			return "", "", configErr(ErrUndialableHost, option,
 				"%q resolves to %s, which peers cannot dial; %s", raw, addr, guidance)
 		}

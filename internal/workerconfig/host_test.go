@@ -91,7 +91,7 @@ func TestPeerHostResolver(t *testing.T) {
 		{host: "gone.example", warning: "does not resolve"},
 	}
 	for _, tt := range tests {
-		_, warning, err := peerHost(tt.host, "opt", "set opt", lookup)
+		_, warning, err := peerHost(tt.host, "opt", "set opt", lookup, false)
 		switch {
 		case tt.err != "":
 			if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), "set opt") || !errors.Is(err, ErrUndialableHost) {
@@ -106,7 +106,7 @@ func TestPeerHostResolver(t *testing.T) {
 	// Literals never reach the resolver.
 	calls = 0
 	for _, h := range []string{"10.0.0.9", "fd00::9", "[fd00::9]"} {
-		if _, _, err := peerHost(h, "opt", "", lookup); err != nil {
+		if _, _, err := peerHost(h, "opt", "", lookup, false); err != nil {
 			t.Errorf("%s: %v", h, err)
 		}
 	}
@@ -168,5 +168,63 @@ func TestZMQEndpoints(t *testing.T) {
 		if got := e.dialable("10.0.0.7").String(); got != tt.dialable {
 			t.Errorf("%s rank %d dialable: %s, want %s", tt.in, tt.rank, got, tt.dialable)
 		}
+	}
+}
+
+// With AllowLoopback exactly the loopback refusals turn into acceptances;
+// every other problem stays.
+func TestCheckHostAllowLoopback(t *testing.T) {
+	tests := []struct {
+		raw     string
+		urlHost string // accepted with AllowLoopback
+		problem string // refused even with AllowLoopback
+	}{
+		{raw: "127.0.0.1", urlHost: "127.0.0.1"},
+		{raw: "127.8.9.10", urlHost: "127.8.9.10"},
+		{raw: "::1", urlHost: "[::1]"},
+		{raw: "[::1]", urlHost: "[::1]"},
+		{raw: "::ffff:127.0.0.1", urlHost: "127.0.0.1"},
+		{raw: "localhost", urlHost: "localhost"},
+		{raw: "api.localhost", urlHost: "api.localhost"},
+		{raw: "10.0.0.7", urlHost: "10.0.0.7"},
+		{raw: "*", problem: "wildcard"},
+		{raw: "0.0.0.0", problem: "unspecified"},
+		{raw: "[::]", problem: "unspecified"},
+		{raw: "127.0.0.1:25000", problem: "port"},
+		{raw: "tcp://127.0.0.1", problem: "scheme"},
+		{raw: "", problem: "empty"},
+	}
+	for _, tt := range tests {
+		urlHost, problem := checkHost(tt.raw, true)
+		if tt.problem != "" {
+			if !strings.Contains(problem, tt.problem) {
+				t.Errorf("checkHost(%q, true) problem %q, want one mentioning %q", tt.raw, problem, tt.problem)
+			}
+			continue
+		}
+		if problem != "" || urlHost != tt.urlHost {
+			t.Errorf("checkHost(%q, true) = %q, %q; want %q", tt.raw, urlHost, problem, tt.urlHost)
+		}
+		if _, strict := checkHost(tt.raw, false); tt.raw != "10.0.0.7" && !strings.Contains(strict, "loopback") {
+			t.Errorf("checkHost(%q, false) problem %q, want loopback", tt.raw, strict)
+		}
+	}
+}
+
+func TestPeerHostResolverAllowLoopback(t *testing.T) {
+	lookup := func(host string) ([]string, error) {
+		switch host {
+		case "lo.example":
+			return []string{"10.0.0.1", "127.0.0.2"}, nil
+		case "any.example":
+			return []string{"::"}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	if h, _, err := peerHost("lo.example", "opt", "set opt", lookup, true); err != nil || h != "lo.example" {
+		t.Errorf("lo.example with AllowLoopback: %q, %v", h, err)
+	}
+	if _, _, err := peerHost("any.example", "opt", "set opt", lookup, true); err == nil || !strings.Contains(err.Error(), "resolves to ::") {
+		t.Errorf("any.example with AllowLoopback: err %v, want resolves to ::", err)
 	}
 }

@@ -22,6 +22,7 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 		return nil, err
 	}
 	d := newDescriptor(EngineSGLang)
+	d.SingleHost = opt.AllowLoopback
 	if d.Model, err = modelName(o, sglServedModelName, sglModelPath); err != nil {
 		return nil, err
 	}
@@ -114,14 +115,14 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 			return nil, err
 		}
 	}
-	host, warn, err := sglangAdvertiseHost(d.RunnerMode, x, opt.Resolve)
+	host, warn, err := sglangAdvertiseHost(d.RunnerMode, x, opt)
 	if err != nil {
 		return nil, err
 	}
 	if warn != "" {
 		d.Warnings = append(d.Warnings, warn)
 	}
-	if err := controlBindHost(x, hostOption(d.RunnerMode)); err != nil {
+	if err := controlBindHost(x, hostOption(d.RunnerMode), opt.AllowLoopback); err != nil {
 		return nil, err
 	}
 	if !x.present(kvcrControlPort) {
@@ -355,7 +356,7 @@ func timeouts(x object) error {
 
 // sglangAdvertiseHost returns the tcp:// host peers dial, from the option
 // of the mode, with guidance in the operator's words.
-func sglangAdvertiseHost(mode RunnerMode, x object, lookup Resolver) (string, string, error) {
+func sglangAdvertiseHost(mode RunnerMode, x object, opt Options) (string, string, error) {
 	key := hostOption(mode)
 	guidance := fmt.Sprintf("set %s in %s to an address peers can reach", key, flagExtraConfig)
 	raw, ok := x.m[key].(string)
@@ -366,14 +367,15 @@ func sglangAdvertiseHost(mode RunnerMode, x object, lookup Resolver) (string, st
 		return "", "", configErr(ErrUndialableHost, x.name(key),
 			"is not set, so the runner would advertise its default host (this machine's name, which often resolves to loopback) and peers could not dial it; %s", guidance)
 	}
-	return peerHost(raw, x.name(key), guidance, lookup)
+	return peerHost(raw, x.name(key), guidance, opt.Resolve, opt.AllowLoopback)
 }
 
 // controlBindHost rejects a control_host that binds loopback only: the
-// advertised endpoint would then point at a socket peers cannot reach.
-func controlBindHost(x object, hostOption string) error {
+// advertised endpoint would then point at a socket peers cannot reach,
+// unless every peer runs on this machine (Options.AllowLoopback).
+func controlBindHost(x object, hostOption string, allowLoopback bool) error {
 	raw, ok, err := x.str(kvcrControlHost)
-	if err != nil || !ok {
+	if err != nil || !ok || allowLoopback {
 		return err
 	}
 	if _, problem := hostProblem(raw); strings.Contains(problem, "loopback") {

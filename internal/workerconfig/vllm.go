@@ -19,6 +19,7 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 		return nil, err
 	}
 	d := newDescriptor(EngineVLLM)
+	d.SingleHost = opt.AllowLoopback
 	if d.Model, err = modelName(o, vlServedModelName, vlModel); err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 	if !ok {
 		return nil, configErr(ErrUndialableHost, tier.name(kvcrControlAdvertiseHost), "is not set (%s); %s", kindOf(tier.m[kvcrControlAdvertiseHost]), guidance)
 	}
-	host, warn, err := peerHost(raw, tier.name(kvcrControlAdvertiseHost), guidance, opt.Resolve)
+	host, warn, err := peerHost(raw, tier.name(kvcrControlAdvertiseHost), guidance, opt.Resolve, opt.AllowLoopback)
 	if err != nil {
 		return nil, err
 	}
