@@ -233,7 +233,7 @@ func (s *scratch) decode(p []byte) (Batch, error) {
 	if err != nil {
 		return b, envelopeError("", err)
 	}
-	if typeName(c) == "map" {
+	if isMap(c) {
 		err = s.mapEnvelope(&b)
 	} else {
 		err = s.arrayEnvelope(&b)

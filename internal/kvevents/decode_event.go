@@ -194,7 +194,7 @@ func (s *scratch) event(idx int) error {
 	if err != nil {
 		return &DecodeError{Event: idx, Err: err}
 	}
-	isMap := typeName(c) == "map"
+	isMap := isMap(c)
 	var n int
 	if isMap {
 		n, err = s.r.mapLen()
@@ -315,7 +315,7 @@ func (s *scratch) arrayFields(n int, kind Kind, ev *Event, sp *span, st *eventSt
 		}
 		f := positions[pos-1]
 		if f == fLoRAName {
-			if c, _ := s.r.peek(); typeName(c) == "map" {
+			if c, _ := s.r.peek(); isMap(c) {
 				f = fSGLangExtra
 			}
 		}
@@ -373,7 +373,7 @@ func (s *scratch) field(f field, ev *Event, sp *span, st *eventState) error {
 	case fOwnership:
 		// Any value but nil or "kvcr" drops the event; not a structural error.
 		st.badOwner, ev.Ownership = false, OwnedByWorker
-		if c, _ := s.r.peek(); typeName(c) == "str" {
+		if c, _ := s.r.peek(); isStr(c) {
 			var v []byte
 			v, err = s.r.str()
 			st.badOwner = string(v) != ownerRunner
@@ -422,7 +422,7 @@ func (s *scratch) tokenList(sp *span) error {
 	start := len(s.tokens)
 	for i := range n {
 		var t uint32
-		if c, _ := s.r.peek(); typeName(c) == "array" {
+		if c, _ := s.r.peek(); isArray(c) {
 			t, err = s.pairToken()
 		} else {
 			t, err = s.r.token()

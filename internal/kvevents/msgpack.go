@@ -243,6 +243,19 @@ func (r *reader) hash() (uint64, error) {
 
 // token reads a token id, which must fit a u32.
 func (r *reader) token() (uint32, error) {
+	// Fast paths for the two encodings tokens arrive in: small ids as
+	// fixints, the rest of the u32 range mostly as `ce`.
+	if r.pos+5 <= len(r.b) {
+		switch c := r.b[r.pos]; {
+		case c <= 0x7f:
+			r.pos++
+			return uint32(c), nil
+		case c == 0xce:
+			t := binary.BigEndian.Uint32(r.b[r.pos+1 : r.pos+5])
+			r.pos += 5
+			return t, nil
+		}
+	}
 	v, neg, err := r.bits()
 	if err != nil {
 		return 0, err
@@ -276,7 +289,7 @@ func (r *reader) float() (float64, error) {
 		}
 		return math.Float64frombits(binary.BigEndian.Uint64(p)), nil
 	}
-	if typeName(c) != "int" {
+	if !isInt(c) {
 		return 0, typeError("float", c)
 	}
 	v, neg, err := r.bits()
@@ -362,6 +375,12 @@ func (r *reader) skip() error {
 	}
 	return nil
 }
+
+// Type tests on a type byte, cheap enough for per-value use.
+func isMap(c byte) bool   { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
+func isArray(c byte) bool { return c&0xf0 == 0x90 || c == 0xdc || c == 0xdd }
+func isStr(c byte) bool   { return c&0xe0 == 0xa0 || (c >= 0xd9 && c <= 0xdb) }
+func isInt(c byte) bool   { return c <= 0x7f || c >= 0xe0 || (c >= 0xcc && c <= 0xd3) }
 
 // typeError names the wanted and the found msgpack type.
 func typeError(want string, c byte) error {
