@@ -63,9 +63,7 @@ func TestLateCompletionAndAbandon(t *testing.T) {
 	if _, err := r.Deposit(3, block(3), DepositOptions{}); !errors.Is(err, ErrFull) {
 		t.Fatalf("deposit while the transfer holds every slot: %v, want ErrFull", err)
 	}
-	for r.Stats().Abandoned == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the abandon timeout", func() bool { return r.Stats().Abandoned == 1 })
 	close(tr.release)
 	r.Close() // waits for the transfer to stop
 	st := r.Stats()

@@ -287,6 +287,19 @@ func TestBadPeers(t *testing.T) {
 	waitGoroutines(t, baseline)
 }
 
+// waitFor polls cond until it holds. The bound only turns a hang into a
+// failure; nothing here measures time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 10000; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("gave up waiting for %s", what)
+}
+
 // waitGoroutines waits for goroutines to settle back to baseline.
 func waitGoroutines(t *testing.T, baseline int) {
 	t.Helper()
@@ -332,9 +345,7 @@ func TestConcurrentFetchSharesTransfer(t *testing.T) {
 		res, err := dst.Fetch(context.Background(), "a", []uint64{1})
 		first <- result{res, err}
 	}()
-	for dst.Query([]uint64{1}, "b")[0].State != Fetching {
-		runtime.Gosched()
-	}
+	waitFor(t, "the transfer to start", func() bool { return dst.Query([]uint64{1}, "b")[0].State == Fetching })
 	second := make(chan result)
 	go func() {
 		res, err := dst.Fetch(context.Background(), "b", []uint64{1})

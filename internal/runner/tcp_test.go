@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -242,7 +241,7 @@ func TestStaleIdleConnection(t *testing.T) {
 		req := string(rune('a' + i))
 		dst.SubmitHint(req, Hint{Source: src.endpoint, Keys: []uint64{k}})
 		if i == 1 {
-			dropConns(src.srv)
+			dropConns(t, src.srv)
 		}
 		res, err := dst.Fetch(context.Background(), req, []uint64{k})
 		if err != nil || len(res.Local) != 1 {
@@ -256,21 +255,17 @@ func TestStaleIdleConnection(t *testing.T) {
 
 // dropConns closes the server's connections and waits for their goroutines
 // to finish with them.
-func dropConns(s *Server) {
+func dropConns(t *testing.T, s *Server) {
 	s.mu.Lock()
 	for c := range s.conns {
 		c.Close()
 	}
 	s.mu.Unlock()
-	for {
+	waitFor(t, "the server to drop its connections", func() bool {
 		s.mu.Lock()
-		n := len(s.conns)
-		s.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		runtime.Gosched()
-	}
+		defer s.mu.Unlock()
+		return len(s.conns) == 0
+	})
 }
 
 // TestServeUnderEviction churns the source's pool (evicting and reusing
