@@ -122,6 +122,14 @@ func TestDecode(t *testing.T) {
 				TokenIDs: tokens1234, BlockSize: 2, Tier: TierHost, Medium: "CPU"}),
 		},
 		{
+			name: "parent 0 is a root (llm-d simulator array form)",
+			payload: batch(obj(
+				str(keyType), str(tagStored), str(keyBlockHashes), arr(uv(7), uv(8)), str(keyParent), uv(0),
+				str(keyTokenIDs), arr(uv(1), uv(2), uv(3), uv(4)), str(keyBlockSize), uv(2), str(keyMedium), str("CPU"))),
+			want: wantBatch(Event{Kind: KindStored, BlockHashes: []uint64{7, 8},
+				TokenIDs: tokens1234, BlockSize: 2, Tier: TierHost, Medium: "CPU"}),
+		},
+		{
 			name: "every vLLM map field",
 			payload: batch(vllmStored(
 				kv(keyLoRAID, iv(3)), kv(keyLoRAName, str("adapter")), kv(keyExtraKeys, arr(arr(str("mm"), uv(0)))),

@@ -40,17 +40,12 @@ func AppendLocalHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64
 	if blockSize <= 0 {
 		return dst
 	}
-	var stack [64 * 4]byte
-	buf := stack[:0]
-	if blockSize*4 > len(stack) {
-		buf = make([]byte, 0, blockSize*4)
+	var buf []byte
+	if !littleEndian {
+		buf = make([]byte, blockSize*4)
 	}
 	for n := len(tokens) / blockSize; n > 0; n-- {
-		buf = buf[:blockSize*4]
-		for i, t := range tokens[:blockSize] {
-			binary.LittleEndian.PutUint32(buf[i*4:], t)
-		}
-		dst = append(dst, xxh3.HashSeed(buf, seed))
+		dst = append(dst, xxh3.HashSeed(tokenBytes(tokens[:blockSize], buf), seed))
 		tokens = tokens[blockSize:]
 	}
 	return dst
