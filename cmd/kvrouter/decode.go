@@ -4,21 +4,24 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvstream"
 )
 
 func init() { commands = append(commands, newDecodeCmd) }
 
 func newDecodeCmd() *cobra.Command {
-	var hexPayload, file, frames string
-	var maxPayload int
+	var hexPayload, file, frames, zmqEndpoint, topic, replay string
+	var maxPayload, count int
+	var bind bool
 	cmd := &cobra.Command{
-		Use:   "decode (--hex HEX | --file PATH | --frames PATH)",
+		Use:   "decode (--hex HEX | --file PATH | --frames PATH | --zmq ENDPOINT)",
 		Short: "Decode engine KV event batches (vLLM/SGLang msgpack) to JSON lines",
 		Long: `decode reads KV event batches as vLLM and SGLang publish them (msgpack, array
 or map form, any build since 2025) and prints one JSON object per batch on stdout:
@@ -27,16 +30,35 @@ or map form, any build since 2025) and prints one JSON object per batch on stdou
 
 Block hashes print as unsigned 64-bit decimals; "tier" is device, host, disk or
 external; "ownership" is null (the engine's own blocks) or "kvcr" (a KV cache
-runner's). With --frames each object also carries the message's "topic" and "seq".
+runner's). With --frames and --zmq each object also carries the message's "topic"
+and "seq".
+
+--zmq tails a live stream: it connects to an engine that binds (vLLM and SGLang
+default to tcp://*:5557, so dial tcp://HOST:5557; DP rank r publishes on port
+5557+r), or with --bind listens for engines that connect (llm-d convention).
+Gaps, publisher restarts and reconnects are logged on stderr; with --replay a gap
+is first healed from the engine's replay endpoint.
 
 A malformed batch stops the command with exit status 1 and one line on stderr
 naming the event and field at fault. Events the decoder drops (unknown medium or
 ownership) or skips (unknown type) are left out of the output.`,
 		Example: `  kvrouter decode --frames internal/kvevents/testdata/sim-map.frames
   kvrouter decode --hex 93cb41d954fc4020000090c0
-  kvrouter decode --file payload.bin`,
+  kvrouter decode --file payload.bin
+  kvrouter decode --zmq tcp://10.0.0.7:5557 --count 10
+  kvrouter decode --zmq tcp://*:5557 --bind --topic kv@`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			d := &kvevents.Decoder{MaxPayload: maxPayload}
+			if zmqEndpoint != "" {
+				src, err := newZMQSource(cmd.Context(), kvstream.Config{Endpoint: zmqEndpoint, Bind: bind, Topic: topic,
+					ReplayEndpoint: replay}, count, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+				if err != nil {
+					return err
+				}
+				defer src.Close()
+				return kvevents.WriteJSON(cmd.OutOrStdout(), src, d, true)
+			}
 			in := decodeInput{hex: hexPayload, file: file, frames: frames, maxPayload: maxPayload,
 				useHex: cmd.Flags().Changed("hex"), useFile: cmd.Flags().Changed("file")}
 			src, withFrame, closeSrc, err := in.open(cmd.InOrStdin())
@@ -44,7 +66,6 @@ ownership) or skips (unknown type) are left out of the output.`,
 				return err
 			}
 			defer closeSrc()
-			d := &kvevents.Decoder{MaxPayload: maxPayload}
 			return kvevents.WriteJSON(cmd.OutOrStdout(), src, d, withFrame)
 		},
 	}
@@ -53,8 +74,13 @@ ownership) or skips (unknown type) are left out of the output.`,
 	fl.StringVar(&file, "file", "", `file holding one raw batch payload ("-" for stdin)`)
 	fl.StringVar(&frames, "frames", "", `capture file, one "<topic> <seq 16 hex> <payload hex>" line per message ("-" for stdin)`)
 	fl.IntVar(&maxPayload, "max-payload", kvevents.DefaultMaxPayload, "largest payload accepted, in bytes")
-	cmd.MarkFlagsMutuallyExclusive("hex", "file", "frames")
-	cmd.MarkFlagsOneRequired("hex", "file", "frames")
+	fl.StringVar(&zmqEndpoint, "zmq", "", "tail a live ZMQ stream at this endpoint")
+	fl.BoolVar(&bind, "bind", false, "with --zmq: bind the endpoint and let engines connect")
+	fl.StringVar(&topic, "topic", "", "with --zmq: subscribe to topics with this prefix (default all)")
+	fl.StringVar(&replay, "replay", "", "with --zmq: the engine's replay endpoint, to heal gaps")
+	fl.IntVar(&count, "count", 0, "with --zmq: stop after this many batches (0: until interrupted)")
+	cmd.MarkFlagsMutuallyExclusive("hex", "file", "frames", "zmq")
+	cmd.MarkFlagsOneRequired("hex", "file", "frames", "zmq")
 	return cmd
 }
 
