@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -33,6 +34,23 @@ type mergeJSON struct {
 }
 
 func (m *mergeJSON) UnmarshalJSON(data []byte) error {
+	// Large vocabularies have hundreds of thousands of merges; most have no
+	// escapes, and encoding/json has validated the document before calling
+	// here, so their strings can be sliced out directly.
+	if bytes.IndexByte(data, '\\') < 0 {
+		if q := quoted(data); len(q) == 1 {
+			a, b, ok := strings.Cut(q[0], " ")
+			if !ok || strings.Contains(b, " ") {
+				m.bad = q[0]
+				return nil
+			}
+			m.a, m.b = a, b
+			return nil
+		} else if len(q) == 2 && data[0] == '[' {
+			m.a, m.b = q[0], q[1]
+			return nil
+		}
+	}
 	if len(data) > 0 && data[0] == '"' {
 		var s string
 		if err := json.Unmarshal(data, &s); err != nil {
@@ -54,6 +72,24 @@ func (m *mergeJSON) UnmarshalJSON(data []byte) error {
 	}
 	m.a, m.b = pair[0], pair[1]
 	return nil
+}
+
+// quoted returns the contents of the double-quoted strings in data, which
+// has no escapes.
+func quoted(data []byte) []string {
+	var out []string
+	for {
+		i := bytes.IndexByte(data, '"')
+		if i < 0 {
+			return out
+		}
+		j := bytes.IndexByte(data[i+1:], '"')
+		if j < 0 {
+			return nil
+		}
+		out = append(out, string(data[i+1:i+1+j]))
+		data = data[i+2+j:]
+	}
 }
 
 type mergeRule struct {
@@ -136,21 +172,11 @@ func newBPE(m *modelJSON, byteLevel bool) (*bpe, error) {
 		}
 	}
 	for i, mg := range m.Merges {
-		field := fmt.Sprintf("model.merges[%d]", i)
-		if mg.bad != "" {
-			return nil, invalid(field, "%s is not a pair of tokens", mg.bad)
-		}
-		a, ok := m.Vocab[mg.a]
-		if !ok {
-			return nil, invalid(field, "token %q is not in model.vocab", mg.a)
-		}
-		c, ok := m.Vocab[mg.b]
-		if !ok {
-			return nil, invalid(field, "token %q is not in model.vocab", mg.b)
-		}
-		id, ok := m.Vocab[mg.a+mg.b]
-		if !ok {
-			return nil, invalid(field, "merged token %q is not in model.vocab", mg.a+mg.b)
+		a, okA := m.Vocab[mg.a]
+		c, okB := m.Vocab[mg.b]
+		id, okAB := m.Vocab[mg.a+mg.b]
+		if mg.bad != "" || !okA || !okB || !okAB {
+			return nil, badMerge(i, mg, m.Vocab)
 		}
 		// A repeated pair takes its last rank, as in tokenizers.
 		b.merges[pairKey(a, c)] = mergeRule{rank: uint32(i), id: id}
@@ -192,6 +218,19 @@ func newBPE(m *modelJSON, byteLevel bool) (*bpe, error) {
 	return b, nil
 }
 
+func badMerge(i int, mg mergeJSON, vocab map[string]uint32) error {
+	field := fmt.Sprintf("model.merges[%d]", i)
+	if mg.bad != "" {
+		return invalid(field, "%s is not a pair of tokens", mg.bad)
+	}
+	for _, tok := range []string{mg.a, mg.b} {
+		if _, ok := vocab[tok]; !ok {
+			return invalid(field, "token %q is not in model.vocab", tok)
+		}
+	}
+	return invalid(field, "merged token %q is not in model.vocab", mg.a+mg.b)
+}
+
 // fallbackIDs appends the "<0xXX>" ids of every byte of char, or returns
 // nil when one is missing.
 func (b *bpe) fallbackIDs(dst []uint32, char []byte) []uint32 {
@@ -218,14 +257,22 @@ func (b *bpe) encodeWord(dst []uint32, w string, sc *scratch) []uint32 {
 			return append(dst, id)
 		}
 	}
-	if ids, ok := b.cache.get(w); ok {
+	if len(w) >= maxCachedWord {
+		return b.encodeUncached(dst, w, sc)
+	}
+	ids, slot := b.cache.get(w)
+	if ids != nil {
 		return append(dst, ids...)
 	}
+	n := len(dst)
+	dst = b.encodeUncached(dst, w, sc)
+	b.cache.put(slot, w, slices.Clone(dst[n:]))
+	return dst
+}
+
+func (b *bpe) encodeUncached(dst []uint32, w string, sc *scratch) []uint32 {
 	syms := b.merge(b.symbols(sc.syms[:0], w), sc)
 	sc.syms = syms[:0]
-	if len(w) < maxCachedWord {
-		b.cache.put(w, slices.Clone(syms))
-	}
 	return append(dst, syms...)
 }
 

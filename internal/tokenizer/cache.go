@@ -3,58 +3,53 @@ package tokenizer
 import (
 	"hash/maphash"
 	"strings"
-	"sync"
+	"sync/atomic"
 )
 
-// wordCache remembers the ids of recently encoded pieces. Natural text
-// repeats a few thousand words, so most pieces hit. It is sharded so that
-// concurrent Encode calls rarely share a lock, and a full shard is emptied
-// rather than frozen, so the cache follows a workload whose vocabulary
-// drifts.
+// wordCache remembers the ids of recently encoded pieces; natural text
+// repeats a few thousand words, so most pieces hit. It is a two-way
+// set-associative table of atomic pointers: a lookup is one hash, two
+// loads and a string comparison, with no lock for concurrent Encode calls
+// to contend on, and a new word pushes out the older of its set, so the
+// cache follows a workload whose vocabulary drifts.
 type wordCache struct {
-	seed   maphash.Seed
-	shards [cacheShards]cacheShard
+	seed maphash.Seed
+	sets [cacheSets]cacheSet
 }
 
-const (
-	cacheShards   = 16
-	cacheShardCap = 1024
-)
+const cacheSets = 1 << 12
 
-type cacheShard struct {
-	mu sync.RWMutex
-	m  map[string][]uint32
+// cacheSet holds the most recently stored word of the set in its first
+// slot.
+type cacheSet [2]atomic.Pointer[cacheEntry]
+
+type cacheEntry struct {
+	word string
+	ids  []uint32 // shared: never modified
 }
 
-func newWordCache() *wordCache {
-	c := &wordCache{seed: maphash.MakeSeed()}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string][]uint32)
+func newWordCache() *wordCache { return &wordCache{seed: maphash.MakeSeed()} }
+
+func (c *wordCache) set(w string) *cacheSet {
+	return &c.sets[maphash.String(c.seed, w)&(cacheSets-1)]
+}
+
+// get returns the cached ids of w and its set, for put on a miss; the ids
+// must not be modified.
+func (c *wordCache) get(w string) ([]uint32, *cacheSet) {
+	s := c.set(w)
+	for i := range s {
+		if e := s[i].Load(); e != nil && e.word == w {
+			return e.ids, s
+		}
 	}
-	return c
+	return nil, s
 }
 
-func (c *wordCache) shard(w string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, w)%cacheShards]
-}
-
-// get returns the cached ids of w; the slice must not be modified.
-func (c *wordCache) get(w string) ([]uint32, bool) {
-	s := c.shard(w)
-	s.mu.RLock()
-	ids, ok := s.m[w]
-	s.mu.RUnlock()
-	return ids, ok
-}
-
-func (c *wordCache) put(w string, ids []uint32) {
-	s := c.shard(w)
-	s.mu.Lock()
-	if len(s.m) >= cacheShardCap {
-		clear(s.m)
-	}
-	// w is usually a substring of a prompt; cloning it keeps the cache
-	// from pinning whole prompts in memory.
-	s.m[strings.Clone(w)] = ids
-	s.mu.Unlock()
+// put stores ids for w in its set. w is usually a substring of a prompt;
+// cloning it keeps the cache from pinning whole prompts in memory.
+// Concurrent puts may drop an entry; that only costs a later miss.
+func (c *wordCache) put(s *cacheSet, w string, ids []uint32) {
+	s[1].Store(s[0].Load())
+	s[0].Store(&cacheEntry{word: strings.Clone(w), ids: ids})
 }

@@ -200,55 +200,63 @@ func (a *alt) match(s string, i int) int {
 	switch a.kind {
 	case contraction:
 		return matchContraction(s, i, a.fold)
-	case letters:
-		return withPrefix(s, i, a.prefix, func(j int) int { return runOf(s, j, isLetter) })
-	case numbers:
-		return withPrefix(s, i, a.prefix, func(j int) int { return numberRun(s, j, a.max) })
-	case punct:
-		return withPrefix(s, i, a.prefix, func(j int) int {
-			e := runOf(s, j, isPunct)
-			if e == j {
-				return j
-			}
-			for e < len(s) && containsByte(a.trail, s[e]) {
-				e++
-			}
-			return e
-		})
 	case newlines:
 		return matchNewlines(s, i)
 	case trailingSpaces:
 		return matchTrailingSpaces(s, i)
 	case spaces:
-		return runOf(s, i, unicode.IsSpace)
-	case casedLower:
-		return withPrefix(s, i, a.prefix, func(j int) int { return a.withSuffix(s, j, casedLowerCore(s, j)) })
-	case casedUpper:
-		return withPrefix(s, i, a.prefix, func(j int) int { return a.withSuffix(s, j, casedUpperCore(s, j)) })
+		return runClass(s, i, clsSpace)
+	}
+	// An optional one-rune prefix, then the core: first with the prefix
+	// consumed, then, as backtracking would, without it.
+	if n := a.prefixLen(s, i); n > 0 {
+		if e := a.core(s, i+n); e > i+n {
+			return e
+		}
+	}
+	if e := a.core(s, i); e > i {
+		return e
 	}
 	return -1
 }
 
-// withPrefix matches an optional one-rune prefix followed by core: first
-// with the prefix consumed, then, as backtracking would, without it. core
-// returns its end, or its start when it does not match.
-func withPrefix(s string, i int, prefix prefixKind, core func(int) int) int {
-	if prefix != noPrefix && i < len(s) {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		ok := r == ' '
-		if prefix == otherPrefix {
-			ok = r != '\r' && r != '\n' && !isLetter(r) && !isNumber(r)
-		}
-		if ok {
-			if e := core(i + n); e > i+n {
-				return e
-			}
-		}
+// prefixLen returns the length of the optional prefix rune at i, or 0.
+func (a *alt) prefixLen(s string, i int) int {
+	if a.prefix == noPrefix || i >= len(s) {
+		return 0
 	}
-	if e := core(i); e > i {
+	r, n := decode(s, i)
+	switch {
+	case a.prefix == spacePrefix && r == ' ':
+		return n
+	case a.prefix == otherPrefix && r != '\r' && r != '\n' && !isLetter(r) && !isNumber(r):
+		return n
+	}
+	return 0
+}
+
+// core returns the end of the alternative's body matched at j, or j.
+func (a *alt) core(s string, j int) int {
+	switch a.kind {
+	case letters:
+		return runClass(s, j, clsLetter)
+	case numbers:
+		return numberRun(s, j, a.max)
+	case punct:
+		e := runClass(s, j, clsPunct)
+		if e == j {
+			return j
+		}
+		for e < len(s) && containsByte(a.trail, s[e]) {
+			e++
+		}
 		return e
+	case casedLower:
+		return a.withSuffix(s, j, casedLowerCore(s, j))
+	case casedUpper:
+		return a.withSuffix(s, j, casedUpperCore(s, j))
 	}
-	return -1
+	return j
 }
 
 func (a *alt) withSuffix(s string, start, end int) int {
@@ -260,16 +268,42 @@ func (a *alt) withSuffix(s string, start, end int) int {
 	return end
 }
 
-// runOf returns the end of the longest run of runes in class starting at i.
-func runOf(s string, i int, class func(rune) bool) int {
+// runClass returns the end of the longest run of runes in class cls
+// starting at i.
+func runClass(s string, i int, cls uint8) int {
 	for i < len(s) {
-		r, n := decode(s, i)
-		if !class(r) {
-			break
+		if c := s[i]; c < utf8.RuneSelf {
+			if ascii[c]&cls == 0 {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !inClass(r, cls) {
+			return i
 		}
 		i += n
 	}
 	return i
+}
+
+func inClass(r rune, cls uint8) bool {
+	switch cls {
+	case clsSpace:
+		return unicode.IsSpace(r)
+	case clsLetter:
+		return unicode.IsLetter(r)
+	case clsNumber:
+		return unicode.IsNumber(r)
+	case clsPunct:
+		return isPunct(r)
+	case clsUpper:
+		return isUpperish(r)
+	case clsLower:
+		return isLowerish(r)
+	}
+	return false
 }
 
 func numberRun(s string, i, max int) int {
@@ -339,7 +373,7 @@ func matchNewlines(s string, i int) int {
 // the end of the text, or the run without its last rune, which then is the
 // whitespace the lookahead sees.
 func matchTrailingSpaces(s string, i int) int {
-	e := runOf(s, i, unicode.IsSpace)
+	e := runClass(s, i, clsSpace)
 	if e == i || e == len(s) {
 		return e
 	}
@@ -353,9 +387,9 @@ func matchTrailingSpaces(s string, i int) int {
 // casedLowerCore implements `U*W+` where U and W overlap: the greedy U*
 // gives back runes until a W rune follows.
 func casedLowerCore(s string, i int) int {
-	k := runOf(s, i, isUpperish)
+	k := runClass(s, i, clsUpper)
 	for {
-		if e := runOf(s, k, isLowerish); e > k {
+		if e := runClass(s, k, clsLower); e > k {
 			return e
 		}
 		if k == i {
@@ -368,11 +402,11 @@ func casedLowerCore(s string, i int) int {
 
 // casedUpperCore implements `U+W*`.
 func casedUpperCore(s string, i int) int {
-	k := runOf(s, i, isUpperish)
+	k := runClass(s, i, clsUpper)
 	if k == i {
 		return i
 	}
-	return runOf(s, k, isLowerish)
+	return runClass(s, k, clsLower)
 }
 
 func containsByte(set string, b byte) bool {
@@ -401,6 +435,7 @@ const (
 	clsNumber
 	clsUpper
 	clsLower
+	clsPunct // [^\s\p{L}\p{N}]
 )
 
 var ascii = func() (t [utf8.RuneSelf]uint8) {
@@ -415,6 +450,8 @@ var ascii = func() (t [utf8.RuneSelf]uint8) {
 			t[c] = clsLetter | clsUpper
 		case '0' <= r && r <= '9':
 			t[c] = clsNumber
+		default:
+			t[c] = clsPunct
 		}
 	}
 	return t
@@ -437,7 +474,7 @@ func isNumber(r rune) bool {
 // isPunct is `[^\s\p{L}\p{N}]`.
 func isPunct(r rune) bool {
 	if r < utf8.RuneSelf {
-		return ascii[r] == 0
+		return ascii[r]&clsPunct != 0
 	}
 	return !unicode.IsSpace(r) && !unicode.IsLetter(r) && !unicode.IsNumber(r)
 }

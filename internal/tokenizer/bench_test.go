@@ -1,0 +1,59 @@
+package tokenizer
+
+import (
+	"os"
+	"testing"
+)
+
+func benchText(b *testing.B) string {
+	data, err := os.ReadFile("testdata/bench-en.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(data)
+}
+
+// BenchmarkEncode encodes about 10k characters of English prose with the
+// default tokenizer, word cache warm as in a running router.
+func BenchmarkEncode(b *testing.B) {
+	text, tok := benchText(b), Default()
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tok.Encode(text, false)
+	}
+}
+
+// BenchmarkEncodeCold is BenchmarkEncode with an empty word cache every
+// time: the cost of text whose words were never seen.
+func BenchmarkEncodeCold(b *testing.B) {
+	text, tok := benchText(b), *Default()
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		model := *tok.model
+		model.cache = newWordCache()
+		tok.model = &model
+		tok.Encode(text, false)
+	}
+}
+
+func BenchmarkEncodeParallel(b *testing.B) {
+	text, tok := benchText(b), Default()
+	b.SetBytes(int64(len(text)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tok.Encode(text, false)
+		}
+	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	text, tok := benchText(b), Default()
+	ids := tok.Encode(text, false)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tok.Decode(ids)
+	}
+}
