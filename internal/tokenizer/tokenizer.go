@@ -177,12 +177,27 @@ func (t *Tokenizer) encodeText(dst []uint32, s string, sc *scratch) []uint32 {
 	return dst
 }
 
-// Decode returns the text of ids, special tokens included. Unknown ids
-// are skipped, and bytes that do not form UTF-8 become U+FFFD, as in
-// tokenizers.
-func (t *Tokenizer) Decode(ids []uint32) string {
+// Decode returns the text of ids, special tokens included, so that
+// Decode(Encode(text)) gives text back. Unknown ids are skipped, and bytes
+// that do not form UTF-8 become U+FFFD, as in tokenizers.
+func (t *Tokenizer) Decode(ids []uint32) string { return t.decode(ids, false) }
+
+// DecodeSkipSpecial is Decode without the special tokens, which is how
+// engines detokenize generated text by default.
+func (t *Tokenizer) DecodeSkipSpecial(ids []uint32) string { return t.decode(ids, true) }
+
+// IsSpecial reports whether id is an added token marked special.
+func (t *Tokenizer) IsSpecial(id uint32) bool {
+	a, ok := t.added.byID[id]
+	return ok && a.special
+}
+
+func (t *Tokenizer) decode(ids []uint32, skipSpecial bool) string {
 	tokens := make([]string, 0, len(ids))
 	for _, id := range ids {
+		if skipSpecial && t.IsSpecial(id) {
+			continue
+		}
 		if s, ok := t.Token(id); ok {
 			tokens = append(tokens, s)
 		}

@@ -407,11 +407,23 @@ func TestDefault(t *testing.T) {
 			t.Errorf("Encode(%q) = %v, want the id %d in the middle", "x"+s+"x", got, id)
 		}
 	}
+	chat := tok.Encode("<|im_start|>assistant\nHi<think>x</think><|im_end|>", false)
+	if got := tok.DecodeSkipSpecial(chat); got != "assistant\nHi<think>x</think>" {
+		t.Errorf("DecodeSkipSpecial = %q: want the special markers dropped and the non-special <think> kept", got)
+	}
+	if !tok.IsSpecial(chat[0]) || tok.IsSpecial(mustID(t, tok, "<think>")) || tok.IsSpecial('a') {
+		t.Error("IsSpecial does not follow the added tokens' special flag")
+	}
 	if got := tok.Encode("<|im_start", false); slices.Contains(got, mustID(t, tok, "<|im_start|>")) {
 		t.Errorf("a partial marker encoded as the special token: %v", got)
 	}
 	if n := tok.VocabSize(); n < 256+100 || n > 2048 {
 		t.Errorf("VocabSize() = %d, want a few hundred merges over 256 bytes", n)
+	}
+	// Bytes the English sample never showed still encode, one byte token
+	// each (ids are byte values below 256).
+	if got, want := tok.Encode("\x00😀\xff", false), []uint32{0x00, 0xF0, 0x9F, 0x98, 0x80, 0xFF}; !slices.Equal(got, want) {
+		t.Errorf("Encode of unseen bytes = %v, want %v", got, want)
 	}
 	// The tokenizer learned the sample's common words, so they are one
 	// token each.
