@@ -1,0 +1,68 @@
+package router
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"kvrouter/internal/index"
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/schedule"
+)
+
+// BenchmarkDecide: 1,000 worker ranks (500 workers of 2 DP ranks, each
+// with a cache owner per rank) sharing a 32-block system prompt, each rank
+// holding 8 conversations of 48 blocks; the request is a conversation
+// continued by 16 new blocks, with 200 requests in flight.
+func BenchmarkDecide(b *testing.B) {
+	const (
+		workers = 500
+		ranks   = 2
+		system  = 32
+		convs   = 8
+		conv    = 48
+	)
+	r := newRouter(b, nil)
+	f := newFleet(b, r)
+	sys := tokens(1<<30, system)
+	for w := range workers {
+		f.add(agg(fmt.Sprint("w", w), ranks))
+	}
+	for w := range workers {
+		id := fmt.Sprint("w", w)
+		for rank := range ranks {
+			src := index.WorkerRank(id, rank)
+			f.store(id, src, storeOp(sys, "", kvevents.TierDevice))
+			for c := range convs {
+				p := append(append([]uint32(nil), sys...), tokens(uint32((w*ranks+rank)*convs+c)<<12, conv)...)
+				op := storeOp(p, "", kvevents.TierDevice)
+				op.Hashes, op.Local, op.Parent, op.HasParent = op.Hashes[system:], op.Local[system:], op.Hashes[system-1], true
+				f.store(id, src, op)
+			}
+			// The rank's runner keeps the first conversation.
+			own := append(append([]uint32(nil), sys...), tokens(uint32((w*ranks+rank)*convs)<<12, conv)...)
+			f.store(id, index.CacheOwner(fmt.Sprintf("owner-%s-%d", id, rank)), storeOp(own, "", kvevents.TierExternal))
+		}
+	}
+	for i := range 200 {
+		r.Load().Start(fmt.Sprint("inflight", i), schedule.Rank{Worker: fmt.Sprint("w", i%workers), DP: i % ranks}, 64, 8)
+	}
+	r.RefreshSizes()
+	reqs := make([]Request, 64)
+	for i := range reqs {
+		w, rank := (i*7)%workers, i%ranks
+		p := append(append([]uint32(nil), sys...), tokens(uint32((w*ranks+rank)*convs+1)<<12, conv)...)
+		p = append(p, tokens(uint32(1<<29+i*100000), 16)...)
+		reqs[i] = Request{Model: "m", Tokens: p}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		d, err := r.Decide(reqs[i%len(reqs)])
+		if err != nil || d.Overlap < system+conv {
+			b.Fatalf("decision %v overlap %d", err, d.Overlap)
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/op")
+}

@@ -1,0 +1,385 @@
+package router
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"kvrouter/internal/hints"
+	"kvrouter/internal/index"
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
+	"kvrouter/internal/schedule"
+)
+
+// Request is what a decision needs to know about an inference request.
+type Request struct {
+	Model  string
+	Tokens []uint32
+	// Salt is the request's cache_salt: blocks stored under another salt
+	// never match it.
+	Salt string
+	// Exclude lists workers not to choose (a retry after one refused).
+	Exclude []string
+	// Target, when set, forces the worker (an operator override); its
+	// cheapest rank is chosen.
+	Target string
+	// Explain fills Decision.Candidates, for operators.
+	Explain bool
+}
+
+// Candidate is one (worker, dp_rank) as the decision priced it. Overlaps
+// are in blocks of the worker's block size.
+type Candidate struct {
+	Worker                string
+	Rank                  int
+	OverlapBlocks         int
+	DeviceOverlap         int
+	HostOverlap           int
+	DiskOverlap           int
+	AdjustedPrefill       float64
+	PotentialDecodeBlocks float64
+	ActiveRequests        int
+	Cost                  float64
+}
+
+// Target is the chosen (worker, global dp_rank).
+type Target struct {
+	Worker Worker
+	Rank   int
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Model  string
+	Target Target
+	// Chosen is the target as priced; Candidates every rank priced, with
+	// Request.Explain.
+	Chosen     Candidate
+	Candidates []Candidate
+	Tokens     int
+	// Blocks is the request's full blocks at the target's block size;
+	// Overlap how many of them the target holds on any tier.
+	Blocks  int
+	Overlap int
+	// Hint is set when HintDecision.Hinted(); it never changed Target.
+	Hint         hints.Hint
+	HintDecision hints.Decision
+
+	local []uint64 // the request's local hashes at the target's block size
+}
+
+// ModelError is a request for a model no worker serves.
+type ModelError struct {
+	Model  string
+	Served []string
+}
+
+func (e *ModelError) Error() string {
+	served := "none"
+	if len(e.Served) > 0 {
+		served = strings.Join(e.Served, ", ")
+	}
+	return fmt.Sprintf("model %q is not served by any worker (served: %s)", e.Model, served)
+}
+
+func (e *ModelError) Unwrap() error { return ErrUnknownModel }
+
+// group is the part of a decision shared by workers of one block size. Its
+// slices are reused across decisions; nothing in a Decision points into
+// them.
+type group struct {
+	bs      int
+	ix      *index.Index
+	local   []uint64
+	matches []index.Match
+	at      []int32 // by source slot: 1 + the position of its match, 0 for none
+	cands   []schedule.Candidate
+}
+
+// match returns the match of the source in slot, if it matched.
+func (g *group) match(slot int32) *index.Match {
+	if slot < 0 || int(slot) >= len(g.at) || g.at[slot] == 0 {
+		return nil
+	}
+	return &g.matches[g.at[slot]-1]
+}
+
+func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *group {
+	g, _ := r.scratch.Get().(*group)
+	if g == nil {
+		g = &group{}
+	}
+	g.bs, g.ix, g.local = bs, r.set.Index(model, bs), kvhash.LocalHashes(tokens, bs, seed)
+	g.matches, g.cands = g.matches[:0], g.cands[:0]
+	if cap(g.at) < len(r.slotSrc) {
+		g.at = make([]int32, len(r.slotSrc))
+	}
+	g.at = g.at[:len(r.slotSrc)]
+	clear(g.at)
+	if g.ix != nil && len(g.local) > 0 {
+		g.matches = g.ix.AppendMatch(g.matches, g.local, index.MatchOptions{Chains: true})
+		for i := range g.matches {
+			if slot, ok := r.slots[g.matches[i].Source]; ok {
+				g.at[slot] = int32(i + 1)
+			}
+		}
+	}
+	return g
+}
+
+func (r *Router) release(groups []*group) {
+	for _, g := range groups {
+		// Drop what would keep chains and hashes alive.
+		clear(g.matches)
+		g.ix, g.local = nil, nil
+		r.scratch.Put(g)
+	}
+}
+
+// Decide chooses the target for a request and the hint it gets. It sends
+// nothing and records nothing: see Commit.
+func (r *Router) Decide(req Request) (*Decision, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ents := r.models[req.Model]
+	if len(ents) == 0 {
+		return nil, &ModelError{Model: req.Model, Served: slices.Sorted(maps.Keys(r.models))}
+	}
+	seed := kvhash.SeedFor("", req.Salt)
+	var groups []*group
+	defer func() { r.release(groups) }()
+	groupOf := func(bs int) *group {
+		for _, g := range groups {
+			if g.bs == bs {
+				return g
+			}
+		}
+		g := r.newGroup(req.Model, bs, req.Tokens, seed)
+		groups = append(groups, g)
+		return g
+	}
+
+	for _, e := range ents {
+		if (req.Target != "" && e.w.ID != req.Target) || slices.Contains(req.Exclude, e.w.ID) {
+			continue
+		}
+		g := groupOf(e.w.BlockSize)
+		for i := range e.w.DPSize {
+			g.cands = append(g.cands, r.candidate(g, e, i))
+		}
+	}
+	if len(groups) == 0 {
+		if req.Target != "" {
+			return nil, fmt.Errorf("%w: worker %q does not serve model %q", ErrNoWorker, req.Target, req.Model)
+		}
+		return nil, fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
+	}
+
+	// Costs are in blocks; workers with larger blocks get their costs
+	// scaled to the smallest block size so that all compare in one unit.
+	minBS := groups[0].bs
+	for _, g := range groups[1:] {
+		minBS = min(minBS, g.bs)
+	}
+	var scored []schedule.Scored
+	var of []*group
+	for _, g := range groups {
+		s := schedule.Score(r.cfg.Weights, len(g.local), g.bs, g.cands)
+		if g.bs != minBS {
+			scale := float64(g.bs) / float64(minBS)
+			for i := range s {
+				s[i].Cost *= scale
+			}
+		}
+		if len(groups) > 1 {
+			for range s {
+				of = append(of, g)
+			}
+		}
+		scored = append(scored, s...)
+	}
+	pick := schedule.Choose(scored, r.cfg.Temperature, rand.New(rand.NewPCG(contentSeed(req, groups))))
+	if pick < 0 {
+		return nil, fmt.Errorf("%w: model %q", ErrNoWorker, req.Model)
+	}
+
+	t := scored[pick]
+	g := groups[0]
+	if of != nil {
+		g = of[pick]
+	}
+	d := &Decision{
+		Model:   req.Model,
+		Target:  Target{Worker: r.workers[t.Worker].w, Rank: t.Rank},
+		Tokens:  len(req.Tokens),
+		Blocks:  len(g.local),
+		Overlap: t.DeviceOverlap + t.HostOverlap + t.DiskOverlap,
+		Chosen:  candidateOf(t),
+		local:   g.local,
+	}
+	if req.Explain {
+		d.Candidates = make([]Candidate, len(scored))
+		for i, s := range scored {
+			d.Candidates[i] = candidateOf(s)
+		}
+	}
+	d.Hint, d.HintDecision = r.hint(g, d.Target, req.Salt)
+	return d, nil
+}
+
+func candidateOf(s schedule.Scored) Candidate {
+	return Candidate{
+		Worker: s.Worker, Rank: s.Rank,
+		OverlapBlocks: s.DeviceOverlap + s.HostOverlap + s.DiskOverlap,
+		DeviceOverlap: s.DeviceOverlap, HostOverlap: s.HostOverlap, DiskOverlap: s.DiskOverlap,
+		AdjustedPrefill: s.AdjustedPrefill, PotentialDecodeBlocks: s.PotentialDecodeBlocks,
+		ActiveRequests: s.ActiveRequests, Cost: s.Cost,
+	}
+}
+
+// candidate gathers the overlaps and load of the worker's i-th rank.
+func (r *Router) candidate(g *group, e *entry, i int) schedule.Candidate {
+	w := &e.w
+	rank := w.DPStart + i
+	c := schedule.Candidate{Worker: w.ID, Rank: rank}
+	depth := 0
+	if m := g.match(e.rankSlot[i]); m != nil {
+		c.DeviceOverlap = m.DeviceDepth
+		c.HostOverlap = m.Tiers[kvevents.TierHost] + m.Tiers[kvevents.TierExternal]
+		c.DiskOverlap = m.Tiers[kvevents.TierDisk]
+		depth = m.Depth
+	}
+	// The slot check guards against an owner another worker claimed since
+	// (its slot may have been reused).
+	if os := e.ownerSlot[i]; os >= 0 && r.slotSrc[os].Owner == w.Owners[rank] {
+		// The rank's own runner restores its runner-owned blocks locally,
+		// as fast as host offload: they extend the host overlap.
+		if m := g.match(os); m != nil && m.Depth > depth {
+			c.HostOverlap += m.Depth - depth
+		}
+	}
+	key := schedule.Rank{Worker: w.ID, DP: rank}
+	l := r.load.Of(key)
+	c.ActivePrefillTokens, c.ActiveDecodeBlocks, c.ActiveRequests = l.PrefillTokens, l.DecodeBlocks, l.Requests
+	if len(r.engine) > 0 {
+		if el, ok := r.engine[key]; ok {
+			// The engine sees requests other routers sent; take whichever
+			// view shows more work.
+			c.ActiveRequests = max(c.ActiveRequests, int(el.Running+el.Waiting))
+			c.ActiveDecodeBlocks = max(c.ActiveDecodeBlocks, el.KVUsage*el.KVBlocks)
+		}
+	}
+	c.TreeSize = int(r.tree[e.rankSlot[i]])
+	return c
+}
+
+// hint runs hint selection for the chosen target. It never changes the
+// target.
+func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decision) {
+	tsrc := index.WorkerRank(t.Worker.ID, t.Rank)
+	req := hints.Request{
+		Target: hints.Source(tsrc),
+		Salt:   salt,
+		Meta:   r.meta,
+	}
+	req.TargetMeta, _ = r.meta(req.Target)
+	if t.Worker.Mode == ModeApproximate {
+		// Its prefix is a guess: no prefix to beat can be trusted.
+		req.TargetMeta = hints.Meta{}
+	}
+	if slot, ok := r.slots[tsrc]; ok {
+		if tm := g.match(slot); tm != nil {
+			req.PrefixToBeat, req.Chain = tm.DeviceDepth, tm.Chain
+		}
+	}
+	shallow := 0
+	for i := range g.matches {
+		m := &g.matches[i]
+		depth := m.Depth
+		guess := false
+		if !m.Source.IsOwner() {
+			// A worker's own blocks are pulled from its device; its
+			// lower tiers are not served to peers.
+			depth = m.DeviceDepth
+			e := r.workers[m.Source.Worker]
+			guess = e != nil && e.w.Mode == ModeApproximate
+		}
+		if m.Source == tsrc {
+			continue
+		}
+		if depth <= req.PrefixToBeat {
+			// Cannot win; skipping spares the conflict lookup.
+			shallow++
+			continue
+		}
+		req.Candidates = append(req.Candidates, hints.Candidate{
+			Source: hints.Source(m.Source),
+			Depth:  depth,
+			Chain:  m.Chain,
+			// A guess carries made-up engine hashes: comparing them
+			// means nothing (and Meta refuses the source anyway).
+			HashConflict: !guess && g.ix.Conflict(tsrc, m.Source),
+			// Identities are salted: a match is under the request's salt.
+			Salt: salt,
+		})
+	}
+	h, d := hints.Select(req, r.policies[g.bs])
+	if d.Reason == hints.ReasonNoCandidate && shallow > 0 {
+		d.Reason = hints.ReasonNotBeyondTarget
+	}
+	return h, d
+}
+
+// meta is what hint selection knows about a source. Callers hold mu.
+func (r *Router) meta(s hints.Source) (hints.Meta, bool) {
+	if s.Owner != "" {
+		o := r.owners[s.Owner]
+		if o == nil {
+			return hints.Meta{}, false
+		}
+		if o.worker == "" {
+			m := o.meta
+			m.Ready = m.Ready && r.trusted(o.origin)
+			return m, true
+		}
+		e := r.workers[o.worker]
+		if e == nil || e.w.Mode == ModeApproximate {
+			return hints.Meta{}, false
+		}
+		var m hints.Meta
+		if o.rank >= 0 {
+			m = e.w.Capability.Meta(o.rank)
+		}
+		m.Ready = r.ready[index.CacheOwner(s.Owner)] && r.trusted(o.origin)
+		return m, true
+	}
+	e := r.workers[s.Worker]
+	if e == nil || !e.w.HasRank(s.Rank) || e.w.Mode == ModeApproximate {
+		return hints.Meta{}, false
+	}
+	m := e.w.Capability.Meta(s.Rank)
+	m.Ready = r.ready[index.WorkerRank(s.Worker, s.Rank)] && r.trusted(e.w.Origin)
+	return m, true
+}
+
+// contentSeed seeds tie-breaking from the request itself, so that every
+// replica breaks a tie for identical requests the same way.
+func contentSeed(req Request, groups []*group) (uint64, uint64) {
+	for _, g := range groups {
+		if len(g.local) > 0 {
+			return g.local[0], uint64(len(req.Tokens))
+		}
+	}
+	// Shorter than a block: fold the tokens (FNV-1a over the ids).
+	h := uint64(14695981039346656037)
+	for _, t := range req.Tokens {
+		h = (h ^ uint64(t)) * 1099511628211
+	}
+	for i := 0; i < len(req.Salt); i++ {
+		h = (h ^ uint64(req.Salt[i])) * 1099511628211
+	}
+	return h, uint64(len(req.Tokens))
+}

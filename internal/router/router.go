@@ -1,0 +1,370 @@
+package router
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"kvrouter/internal/hints"
+	"kvrouter/internal/index"
+	"kvrouter/internal/schedule"
+)
+
+// Config configures a Router.
+type Config struct {
+	Weights     schedule.Weights
+	Temperature float64
+	// Policy returns the hint policy for workers of a block size; a cost
+	// estimate needs the bytes and tokens of a block.
+	Policy func(blockSize int) (hints.Policy, error)
+	// ApproxTTL is how long a routing decision stands in for the blocks of
+	// an approximate-mode worker.
+	ApproxTTL time.Duration
+	// DetachedOwnerTTL is how long a cache owner stays a hint source after
+	// its worker left. Nobody relays its removals any more, so the router
+	// stops trusting it after that; 0 drops it at once.
+	DetachedOwnerTTL time.Duration
+	// MaxBlocks caps each (model, block size) index; 0 is unbounded.
+	MaxBlocks int
+}
+
+// EngineLoad is what a worker's engine reports about its own load.
+type EngineLoad struct {
+	Running, Waiting float64
+	// KVUsage is the fraction of the KV cache in use; KVBlocks its size in
+	// blocks when the engine says (0: unknown).
+	KVUsage  float64
+	KVBlocks float64
+}
+
+// Router is the decision core. See the package comment.
+type Router struct {
+	cfg  Config
+	set  *index.Set
+	load *schedule.Load
+
+	mu       sync.RWMutex
+	workers  map[string]*entry
+	models   map[string][]*entry // sorted by id
+	ready    map[index.Source]bool
+	owners   map[string]*owner
+	policies map[int]hints.Policy
+	live     bool // the discovery watch is in step
+	engine   map[schedule.Rank]EngineLoad
+	sizes    map[index.Source]Blocks
+	gen      uint64
+
+	// Every registered source has a dense slot so that a decision can find
+	// a rank's match by array index rather than by hashing its Source.
+	slots   map[index.Source]int32
+	slotSrc []index.Source // by slot; zero when free
+	tree    []int32        // by slot: blocks held, from RefreshSizes
+	free    []int32
+	scratch sync.Pool // *group
+
+	amu    sync.Mutex // approximate inventory; taken without mu held
+	approx map[index.Source]map[uint64]time.Time
+}
+
+type entry struct {
+	w   Worker
+	gen uint64 // the sink allowed to feed the worker's sources
+	// Slots of the worker's ranks and of their own cache owners (-1: none),
+	// by rank - DPStart.
+	rankSlot  []int32
+	ownerSlot []int32
+}
+
+// owner is a cache owner's standing: claimed by a worker's rank, or detached
+// (its worker left) with what the router knew about it then.
+type owner struct {
+	worker string // "" once detached
+	rank   int    // -1 while no registration names it
+	origin Origin
+	meta   hints.Meta // frozen at detach
+	until  time.Time  // detached: dropped at this time
+}
+
+// New returns an empty router.
+func New(cfg Config) (*Router, error) {
+	if cfg.Policy == nil {
+		return nil, fmt.Errorf("router: Config.Policy is required")
+	}
+	if cfg.Temperature < 0 {
+		return nil, fmt.Errorf("router: temperature %v must not be negative", cfg.Temperature)
+	}
+	return &Router{
+		cfg:      cfg,
+		set:      index.NewSet(cfg.MaxBlocks),
+		load:     schedule.NewLoad(),
+		workers:  map[string]*entry{},
+		models:   map[string][]*entry{},
+		ready:    map[index.Source]bool{},
+		owners:   map[string]*owner{},
+		policies: map[int]hints.Policy{},
+		live:     true,
+		engine:   map[schedule.Rank]EngineLoad{},
+		sizes:    map[index.Source]Blocks{},
+		approx:   map[index.Source]map[uint64]time.Time{},
+		slots:    map[index.Source]int32{},
+	}, nil
+}
+
+// Load is the in-flight tracker the router scores with; the services record
+// requests (theirs and their peers') in it.
+func (r *Router) Load() *schedule.Load { return r.load }
+
+// Upsert adds a worker or updates it; repeated registrations of the same
+// worker (lease refreshes) change nothing. Ranks it no longer serves and
+// owners it no longer claims are let go (owners detach).
+func (r *Router) Upsert(w Worker, now time.Time) error {
+	if err := w.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.policies[w.BlockSize]; !ok {
+		p, err := r.cfg.Policy(w.BlockSize)
+		if err != nil {
+			return fmt.Errorf("router: hint policy for block size %d: %w", w.BlockSize, err)
+		}
+		r.policies[w.BlockSize] = p
+	}
+	old := r.workers[w.ID]
+	if old != nil && (old.w.Model != w.Model || old.w.BlockSize != w.BlockSize || old.w.Origin != w.Origin) {
+		// Another engine behind the same id: start over.
+		r.removeLocked(old.w.ID, now)
+		old = nil
+	}
+	e := old
+	if e == nil {
+		e = &entry{}
+		r.workers[w.ID] = e
+	}
+	prev := e.w
+	for rank := prev.DPStart; rank < prev.DPStart+prev.DPSize; rank++ {
+		if !w.HasRank(rank) {
+			r.dropSource(index.WorkerRank(w.ID, rank))
+		}
+	}
+	if old != nil && prev.Mode != w.Mode {
+		// A switch between guessing and knowing: neither view is the other's.
+		for rank := prev.DPStart; rank < prev.DPStart+prev.DPSize; rank++ {
+			r.clearSource(index.WorkerRank(w.ID, rank))
+		}
+	}
+	for rank := w.DPStart; rank < w.DPStart+w.DPSize; rank++ {
+		src := index.WorkerRank(w.ID, rank)
+		if err := r.register(src, w.Model, w.BlockSize); err != nil {
+			return fmt.Errorf("router: worker %s rank %d: %w", w.ID, rank, err)
+		}
+		if _, ok := r.ready[src]; !ok {
+			// An agent's relay says when it is in step; an engine stream
+			// has no snapshot, so what the router has is all there is.
+			r.ready[src] = w.Origin == OriginFlag
+		}
+	}
+	for rank, id := range prev.Owners {
+		if w.Owners[rank] != id {
+			if o := r.owners[id]; o != nil && o.worker == w.ID {
+				r.detach(id, o, &prev, now)
+			}
+		}
+	}
+	for rank, id := range w.Owners {
+		src := index.CacheOwner(id)
+		o := r.owners[id]
+		if o == nil {
+			if err := r.register(src, w.Model, w.BlockSize); err != nil {
+				return fmt.Errorf("router: worker %s cache owner %s: %w", w.ID, id, err)
+			}
+			o = &owner{}
+			r.owners[id] = o
+			if _, ok := r.ready[src]; !ok {
+				r.ready[src] = w.Origin == OriginFlag
+			}
+		} else if o.worker == "" {
+			// Reattached: what it holds now comes through the worker's
+			// stream, which has yet to say it is in step.
+			r.ready[src] = w.Origin == OriginFlag
+		}
+		*o = owner{worker: w.ID, rank: rank, origin: w.Origin}
+	}
+	e.w = w
+	e.rankSlot, e.ownerSlot = make([]int32, w.DPSize), make([]int32, w.DPSize)
+	for i := range w.DPSize {
+		e.rankSlot[i], e.ownerSlot[i] = r.slots[index.WorkerRank(w.ID, w.DPStart+i)], -1
+		if id, ok := w.Owners[w.DPStart+i]; ok {
+			e.ownerSlot[i] = r.slots[index.CacheOwner(id)]
+		}
+	}
+	if old == nil {
+		r.indexModels()
+	}
+	return nil
+}
+
+// Remove forgets a worker that left (deregistered or its lease expired).
+// Its cache owners detach: their runners may still serve what they hold.
+func (r *Router) Remove(id string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeLocked(id, now)
+}
+
+func (r *Router) removeLocked(id string, now time.Time) {
+	e := r.workers[id]
+	if e == nil {
+		return
+	}
+	for rank := e.w.DPStart; rank < e.w.DPStart+e.w.DPSize; rank++ {
+		src := index.WorkerRank(id, rank)
+		r.dropSource(src)
+		delete(r.engine, schedule.Rank{Worker: id, DP: rank})
+	}
+	for oid, o := range r.owners {
+		if o.worker == id {
+			r.detach(oid, o, &e.w, now)
+		}
+	}
+	delete(r.workers, id)
+	r.load.Forget(id)
+	r.indexModels()
+}
+
+// detach keeps an owner as a source without a worker, for DetachedOwnerTTL.
+func (r *Router) detach(id string, o *owner, w *Worker, now time.Time) {
+	src := index.CacheOwner(id)
+	if r.cfg.DetachedOwnerTTL <= 0 {
+		r.dropSource(src)
+		delete(r.owners, id)
+		return
+	}
+	m := hints.Meta{}
+	if o.rank >= 0 {
+		m = w.Capability.Meta(o.rank)
+	}
+	m.Ready = r.ready[src] && r.trusted(o.origin)
+	m.Detached = true
+	o.worker, o.meta, o.until = "", m, now.Add(r.cfg.DetachedOwnerTTL)
+}
+
+// Expire drops detached owners whose time is up and approximate blocks past
+// their TTL. A service calls it on a ticker.
+func (r *Router) Expire(now time.Time) {
+	r.mu.Lock()
+	for id, o := range r.owners {
+		if o.worker == "" && !now.Before(o.until) {
+			r.dropSource(index.CacheOwner(id))
+			delete(r.owners, id)
+		}
+	}
+	r.mu.Unlock()
+	r.expireApprox(now)
+}
+
+// SetDiscoveryLive records whether the discovery watch is in step. While
+// it is not, nothing a state agent registered may name a hint source: the
+// router cannot tell a worker that left from one that stayed.
+func (r *Router) SetDiscoveryLive(live bool) {
+	r.mu.Lock()
+	r.live = live
+	r.mu.Unlock()
+}
+
+// SetEngineLoad records what a rank's engine reports about its load.
+func (r *Router) SetEngineLoad(worker string, rank int, l EngineLoad) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.workers[worker]; e != nil && e.w.HasRank(rank) {
+		r.engine[schedule.Rank{Worker: worker, DP: rank}] = l
+	}
+}
+
+// Worker returns a registered worker.
+func (r *Router) Worker(id string) (Worker, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e := r.workers[id]
+	if e == nil {
+		return Worker{}, false
+	}
+	return e.w, true
+}
+
+// WorkersOf returns the workers serving model, sorted by id.
+func (r *Router) WorkersOf(model string) []Worker {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Worker, 0, len(r.models[model]))
+	for _, e := range r.models[model] {
+		out = append(out, e.w)
+	}
+	return out
+}
+
+// Models returns the served models, sorted.
+func (r *Router) Models() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Sorted(maps.Keys(r.models))
+}
+
+func (r *Router) trusted(o Origin) bool { return o != OriginDiscovery || r.live }
+
+func (r *Router) indexModels() {
+	clear(r.models)
+	for _, e := range r.workers {
+		r.models[e.w.Model] = append(r.models[e.w.Model], e)
+	}
+	for _, es := range r.models {
+		slices.SortFunc(es, func(a, b *entry) int {
+			if a.w.ID < b.w.ID {
+				return -1
+			}
+			if a.w.ID > b.w.ID {
+				return 1
+			}
+			return 0
+		})
+	}
+}
+
+// register binds src to its index and gives it a slot. Callers hold mu.
+func (r *Router) register(src index.Source, model string, blockSize int) error {
+	if _, err := r.set.Register(src, model, blockSize); err != nil {
+		return err
+	}
+	if _, ok := r.slots[src]; ok {
+		return nil
+	}
+	var slot int32
+	if n := len(r.free); n > 0 {
+		slot, r.free = r.free[n-1], r.free[:n-1]
+	} else {
+		slot = int32(len(r.slotSrc))
+		r.slotSrc, r.tree = append(r.slotSrc, index.Source{}), append(r.tree, 0)
+	}
+	r.slots[src], r.slotSrc[slot], r.tree[slot] = slot, src, 0
+	return nil
+}
+
+func (r *Router) dropSource(src index.Source) {
+	r.set.Remove(src)
+	delete(r.ready, src)
+	delete(r.sizes, src)
+	if slot, ok := r.slots[src]; ok {
+		delete(r.slots, src)
+		r.slotSrc[slot] = index.Source{}
+		r.free = append(r.free, slot)
+	}
+}
+
+func (r *Router) clearSource(src index.Source) {
+	if ix, ok := r.set.IndexOf(src); ok {
+		ix.RemoveSource(src)
+	}
+	delete(r.sizes, src)
+}
