@@ -1,0 +1,237 @@
+package agent
+
+import (
+	"testing"
+
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvstream"
+	"kvrouter/internal/workerconfig"
+)
+
+const (
+	sglang = workerconfig.EngineSGLang
+	vllm   = workerconfig.EngineVLLM
+)
+
+func TestSplitWorkerAndRunnerSGLang(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.expect("", "w0=; o0=", "")
+	// The linker reports runner-owned pages as medium EXTERNAL under the
+	// same page hashes as its GPU events.
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A", "B"), h.ev("store", true, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0 ops:o0", "w0=A@0 B@0; o0=A@3", "o0 w0")
+	h.feed(0, h.msg(0, "", h.ev("remove", false, "B"), h.ev("store", true, "B"), h.ev("remove", true, "A")))
+	h.expect("ops:w0 ops:o0", "w0=A@0; o0=B@3", "o0 w0")
+}
+
+func TestSplitWorkerAndRunnerVLLM(t *testing.T) {
+	h := newHarness(t, vllm, "vllm_kvcr")
+	// vLLM's connector marks runner-owned blocks with ownership "kvcr".
+	h.feed(0, h.msg(0, "", h.ev("store", true, "X", "Y"), h.ev("store", false, "X")))
+	h.expect("ready:w0 ready:o0 ops:o0 ops:w0", "w0=X@0; o0=X@1 Y@1", "o0 w0")
+}
+
+func TestGapHealedByReplay(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+
+	lost := h.msg(0, "", h.ev("store", false, "B"), h.ev("store", true, "A"))
+	next := h.msg(0, "", h.ev("store", false, "C"))
+	// While the replay runs, no hint may name the rank's sources.
+	h.feed(0, kvstream.Gap{Key: "k", From: 1, To: 1})
+	h.expect("reset:w0 reset:o0", "w0=; o0=", "")
+	lost.Replayed = true
+	h.feed(0, lost)
+	h.expect("", "w0=; o0=", "")
+	h.feed(0, kvstream.Gap{Key: "k", From: 1, To: 1, Healed: true})
+	h.expect("ops:w0 ready:w0 ops:o0 ready:o0", "w0=A@0 B@0; o0=A@3", "o0 w0")
+	h.feed(0, next)
+	h.expect("ops:w0", "w0=A@0 B@0 C@0", "o0 w0")
+	if st := h.core.Stats(); st.Gaps != 1 || st.Healed != 1 || st.Resets[ResetUnrecoverable] != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestUnhealableGapResetsAndRebuilds(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A", "B"), h.ev("store", true, "X")))
+	h.expect("ready:w0 ready:o0 ops:w0 ops:o0", "w0=A@0 B@0; o0=X@3", "o0 w0")
+	h.seq[0] += 2 // seqs 1 and 2 are lost
+	h.feed(0, kvstream.Gap{Key: "k", From: 1, To: 2})
+	h.expect("reset:w0 reset:o0", "w0=; o0=", "")
+	h.feed(0, kvstream.Unrecoverable{Key: "k", From: 1, To: 2})
+	h.expect("ready:w0 ready:o0", "w0=; o0=", "o0 w0")
+	// C's parent B was stored before the reset: the rebuilt state cannot
+	// name C's prefix, so C is skipped, never attached at the root.
+	h.feed(0, h.msg(0, "", h.ev("store", false, "C"), h.ev("store", false, "X")))
+	h.expect("ops:w0", "w0=X@0; o0=", "o0 w0")
+	st := h.core.Stats()
+	if st.Resets[ResetUnrecoverable] != 1 || st.Dropped[DropUnknownParent] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestEngineRestartResets(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A")), h.msg(0, "", h.ev("store", false, "B")))
+	h.expect("ready:w0 ready:o0 ops:w0 ops:w0", "w0=A@0 B@0", "o0 w0")
+	h.feed(0, kvstream.Restart{Key: "k", OldSeq: 1, NewSeq: 0})
+	// The owner held nothing: consumers already mirror its empty state.
+	h.expect("reset:w0 ready:w0", "w0=", "o0 w0")
+	h.seq[0] = 0
+	h.feed(0, h.msg(0, "", h.ev("store", false, "X", "Y")))
+	h.expect("ops:w0", "w0=X@0 Y@0", "o0 w0")
+	// From seq 0 on the new process's history is complete: a store under
+	// a parent it never stored is a gap the seq did not show.
+	h.feed(0, h.msg(0, "", h.ev("store", false, "C")))
+	h.expect("reset:w0 ready:w0", "w0=", "o0 w0")
+	if st := h.core.Stats(); st.Resets[ResetRestart] != 1 || st.Resets[ResetSilentGap] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// An agent that joined late has not seen the stored parents: skipping is
+// expected there, not a reason to reset.
+func TestLateJoinSkipsUnknownParents(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.seq[0] = 40
+	h.feed(0, h.msg(0, "", h.ev("store", false, "C", "D"), h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	if st := h.core.Stats(); st.Dropped[DropUnknownParent] != 1 || st.Resets[ResetSilentGap] != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A group holding a refused store publishes only what the index accepted,
+// each message applying cleanly at the consumer (the harness checks it).
+func TestNoHalfAppliedGroup(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.seq[0] = 7
+	h.feed(0, h.msg(0, "", h.ev("store", false, "X"), h.ev("store", false, "C"), h.ev("remove", false, "X"), h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0 ops:w0", "w0=A@0", "o0 w0")
+}
+
+func TestAllBlocksCleared(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A"), h.ev("store", true, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0 ops:o0", "w0=A@0; o0=A@3", "o0 w0")
+	h.feed(0, h.msg(0, "", h.ev("clear", false)))
+	h.expect("ops:w0", "w0=; o0=A@3", "o0 w0")
+
+	v := newHarness(t, vllm, "vllm_kvcr")
+	v.feed(0, v.msg(0, "", v.ev("store", false, "A"), v.ev("store", true, "A")))
+	v.expect("ready:w0 ready:o0 ops:w0 ops:o0", "w0=A@0; o0=A@1", "o0 w0")
+	// vLLM's map form: a clear with ownership kvcr is the runner's only.
+	v.feed(0, v.msg(0, "", v.ev("clear", true)))
+	v.expect("ops:o0", "w0=A@0; o0=", "o0 w0")
+}
+
+func TestRejectedBatches(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+
+	bad := h.ev("store", false, "B")
+	bad.BlockSize, bad.HasParent = 8, false
+	bad.TokenIDs = bad.TokenIDs[:8]
+	bad.BlockHashes = []uint64{1}
+	// The batch also removes A: rejected whole, nothing of it applies, and
+	// since it may have carried removals the rank is rebuilt.
+	h.feed(0, h.msg(0, "", h.ev("remove", false, "A"), h.ev("store", false, "X"), bad))
+	h.expect("reset:w0 ready:w0", "w0=", "o0 w0")
+
+	h.feed(0, kvstream.Message{Key: "k", Topic: h.topic, Seq: 9, Payload: []byte{0x93, 0xc1}})
+	h.expect("", "w0=", "o0 w0") // nothing held: nothing to reset
+	st := h.core.Stats()
+	if st.Rejected[RejectBlockSize] != 1 || st.Rejected[RejectMalformed] != 1 || st.Resets[ResetRejected] != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestReconnectedAndEngineDown(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	h.feed(0, kvstream.Reconnected{Endpoint: "tcp://127.0.0.1:5557"})
+	h.expect("reset:w0 reset:o0", "w0=", "")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "X")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=X@0", "o0 w0")
+
+	h.core.SetEngineUp(false)
+	h.check()
+	h.expect("reset:w0 reset:o0", "w0=", "")
+	// Events of a slow but living engine still apply, unpublished.
+	h.feed(0, h.msg(0, "", h.ev("store", false, "X")))
+	h.expect("", "w0=", "")
+	h.core.SetEngineUp(true)
+	h.check()
+	h.expect("", "w0=", "")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A")))
+	h.expect("ops:w0 ready:w0 ready:o0 ops:w0", "w0=A@0 X@0", "o0 w0")
+}
+
+func TestEpochChangeResets(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, h.topic+"\x00sgl-kv-epoch=1", h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	h.feed(0, h.msg(0, h.topic+"\x00sgl-kv-epoch=2", h.ev("store", false, "X")))
+	h.expect("reset:w0 ready:w0 ops:w0", "w0=X@0", "o0 w0")
+}
+
+func TestRefusedTopologyRelaysWorkerInventoryOnly(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_pp2")
+	if len(h.byName) != 1 {
+		t.Fatalf("sources %v, want the worker rank only", h.byName)
+	}
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A"), h.ev("store", true, "A")))
+	h.expect("ready:w0 ops:w0", "w0=A@0", "w0")
+	h.feed(0, h.msg(0, kvevents.RunnerShardTopic(h.topic, 0), h.ev("store", true, "X")))
+	h.expect("", "w0=A@0", "w0")
+	if st := h.core.Stats(); st.Dropped[DropNoOwner] != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestTP2Shards(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp2")
+	shard := func(tp int) string { return kvevents.RunnerShardTopic(h.topic, tp) }
+	h.feed(0, h.msg(0, shard(0), h.ev("store", true, "A", "B")))
+	h.expect("ready:w0 ready:o0", "o0=", "o0 w0")
+	h.feed(0, h.msg(0, shard(1), h.ev("store", true, "A")))
+	h.expect("ops:o0", "o0=A@3", "o0 w0")
+	h.feed(0, h.msg(0, shard(1), h.ev("store", true, "B")))
+	h.expect("ops:o0", "o0=A@3 B@3", "o0 w0")
+	// Runner inventory on the plain topic names no shard: a store is left
+	// out, a removal withdraws the block from every shard.
+	h.feed(0, h.msg(0, "", h.ev("store", true, "X"), h.ev("remove", true, "B")))
+	h.expect("ops:o0", "o0=A@3", "o0 w0")
+	h.feed(0, h.msg(0, shard(1), h.ev("remove", true, "A")))
+	h.expect("ops:o0", "o0=", "o0 w0")
+	h.feed(0, h.msg(0, shard(2), h.ev("store", true, "A")))
+	h.expect("", "o0=", "o0 w0")
+	st := h.core.Stats()
+	if st.Rejected[RejectTopic] != 1 || st.Dropped[DropUnattributed] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestDPRanksAreIndependent(t *testing.T) {
+	h := newHarness(t, vllm, "vllm_dp2")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A"), h.ev("store", true, "A")))
+	h.feed(1, h.msg(1, "", h.ev("store", false, "X")))
+	h.expect("ready:w0 ready:o0 ops:w0 ops:o0 ready:w1 ready:o1 ops:w1", "w0=A@0; o0=A@1; w1=X@0; o1=", "o0 o1 w0 w1")
+	h.feed(1, kvstream.Restart{Key: "k", OldSeq: 0, NewSeq: 0})
+	h.expect("reset:w1 ready:w1", "w0=A@0; o0=A@1; w1=", "o0 o1 w0 w1")
+}
+
+func TestStopAnnouncesGone(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	h.core.Stop()
+	h.expect("gone:w0 gone:o0", "", "")
+	if s := h.plane.snapshot(h.core); len(s) != 0 {
+		t.Fatalf("snapshot after stop: %+v", s)
+	}
+}
