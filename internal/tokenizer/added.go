@@ -34,6 +34,7 @@ type addedToken struct {
 type addedVocab struct {
 	byContent map[string]uint32
 	byID      map[uint32]*addedToken
+	maxID     uint32 // largest id in byContent
 	raw, norm *matcher
 }
 
@@ -71,6 +72,7 @@ func newAddedVocab(list []addedTokenJSON, model *bpe, norm normalizer) *addedVoc
 		}
 		t.id = id
 		v.byContent[t.content] = id
+		v.maxID = max(v.maxID, id)
 		if old := v.byID[id]; old != nil {
 			order = slices.DeleteFunc(order, func(o *addedToken) bool { return o == old })
 		}
@@ -107,21 +109,10 @@ func (v *addedVocab) nextID(vocabSize int) uint32 {
 	if len(v.byContent) == 0 {
 		return uint32(vocabSize)
 	}
-	var max uint32
-	for _, id := range v.byContent {
-		max = maxOf(max, id)
-	}
-	if int64(max) >= int64(vocabSize) || vocabSize == 0 {
-		return max + 1
+	if int64(v.maxID) >= int64(vocabSize) || vocabSize == 0 {
+		return v.maxID + 1
 	}
 	return uint32(vocabSize)
-}
-
-func maxOf(a, b uint32) uint32 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // matcher finds added tokens in text with Aho-Corasick's leftmost-longest
