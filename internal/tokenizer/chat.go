@@ -44,7 +44,7 @@ type ChatML struct {
 // Render implements Template.
 func (c ChatML) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
 	var b strings.Builder
-	if c.DefaultSystem != "" && (len(msgs) == 0 || msgs[0].Role != "system") {
+	if c.DefaultSystem != "" && len(msgs) > 0 && msgs[0].Role != "system" {
 		b.WriteString("<|im_start|>system\n" + c.DefaultSystem + "<|im_end|>\n")
 	}
 	for i, m := range msgs {
@@ -70,7 +70,7 @@ func (c ChatML) Render(msgs []Message, addGenerationPrompt bool) (string, error)
 }
 
 // Llama3 is the format of Llama 3 and 3.0-style templates: a BOS, then
-// headers around each role, with the content trimmed as the template's
+// headers around each message, with the content trimmed as the template's
 // Jinja `trim` does. The date preamble of Llama 3.1 and later is not
 // produced.
 type Llama3 struct{}
@@ -78,7 +78,10 @@ type Llama3 struct{}
 // Render implements Template.
 func (Llama3) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
 	var b strings.Builder
-	b.WriteString("<|begin_of_text|>")
+	if len(msgs) > 0 {
+		// The template puts the BOS before the first message.
+		b.WriteString("<|begin_of_text|>")
+	}
 	for i, m := range msgs {
 		if err := checkRole(i, m.Role); err != nil {
 			return "", err

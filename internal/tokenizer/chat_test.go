@@ -35,7 +35,8 @@ func TestBuiltinTemplates(t *testing.T) {
 		{"llama3", conversation, true,
 			"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>" +
 				"<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-		{"llama3", nil, false, "<|begin_of_text|>"},
+		{"llama3", nil, true, "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+		{"qwen2", nil, true, "<|im_start|>assistant\n"},
 		{"plain", conversation, true, "system: Be brief.\nuser:  Hi \n\nassistant: "},
 	}
 	for _, tt := range tests {
