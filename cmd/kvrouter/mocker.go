@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"kvrouter/internal/mocker"
+)
+
+func init() { commands = append(commands, newMockerCmd) }
+
+func newMockerCmd() *cobra.Command {
+	var c mocker.Config
+	var flavor, logLevel string
+	var prefillUS, decodeMS, restoreUS float64
+	cmd := &cobra.Command{
+		Use:   "mocker",
+		Short: "Run a simulated vLLM/SGLang engine with a real KV cache runner",
+		Long: `mocker serves an OpenAI-compatible API (/v1/completions, /v1/chat/completions,
+/v1/models, /tokenize, /health, /metrics) like a vLLM or SGLang engine, without a
+GPU. KV blocks hold bytes derived from --model-seed and the token prefix; every
+computed block is written through to a real KV cache runner (one shard per TP
+rank, serving peers on --control-port + attention rank, attention rank =
+dp_rank*tp + tp_rank), and a request's kv.fetch hint makes the runner pull blocks
+from the named peer over TCP. Output tokens depend on the KV bytes the GPU pool
+holds, so a wrong restore would change the answer.
+
+Each DP rank publishes the flavour's KV events on ZMQ (port + dp_rank): GPU
+stores and removals, and the runner's inventory (SGLang: medium EXTERNAL;
+vLLM: ownership kvcr, medium CPU; with --tp > 1 per TP shard under the topic
+"<topic>|kvcr-tp<rank>").
+
+The engine's configuration is served where the state agent reads it: SGLang
+GET /get_server_info, vLLM GET /kvrouter/engine_args. POST /admin/evict
+{"tier":"gpu|runner|all","prompt":"..."|"tokens":[...],"dp_rank":N} evicts
+blocks (all of them without prompt or tokens); POST /admin/reset clears every
+cache. A request picks its rank with "dp_rank" or the X-Kvrouter-Dp-Rank
+header, else the least loaded.`,
+		Example: `  kvrouter mocker --flavor sglang --block-size 64
+  kvrouter mocker --flavor vllm --listen 127.0.0.1:8001 --control-port 26000 \
+      --kv-events-endpoint 'tcp://*:5567' --kv-events-replay-endpoint 'tcp://*:5667'
+  kvrouter mocker --dp 2 --tp 2 --speedup 10`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			c.Flavor = mocker.Flavor(flavor)
+			c.PrefillPerToken = time.Duration(prefillUS * float64(time.Microsecond))
+			c.DecodePerToken = time.Duration(decodeMS * float64(time.Millisecond))
+			c.RestorePerToken = time.Duration(restoreUS * float64(time.Microsecond))
+			e, err := mocker.Start(c)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sig)
+			select {
+			case <-sig:
+			case <-cmd.Context().Done():
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.Listen, "listen", mocker.DefaultListen, "HTTP listen address (port 0 picks a free one)")
+	f.StringVar(&c.Model, "model", mocker.DefaultModel, "model name served and reported (the embedded kvrouter-demo tokenizer is used whatever the name)")
+	f.StringVar(&flavor, "flavor", string(mocker.SGLang), "engine imitated: sglang (page hash chain, kv_hints, EXTERNAL runner inventory, /get_server_info) or vllm (sha256_cbor, kv_transfer_params.kv_hint, ownership kvcr, /kvrouter/engine_args)")
+	f.StringVar(&c.EventFormat, "event-format", mocker.FormatMap, "KV event encoding: map (named fields) or array (positional, older engines; sglang only, as vLLM's array form cannot mark runner-owned blocks)")
+	f.IntVar(&c.BlockSize, "block-size", mocker.DefaultBlockSize, "tokens per KV block (SGLang page_size, vLLM block_size); vLLM's default is 16, SGLang deployments with KVCR typically use 64")
+	f.IntVar(&c.DP, "dp", 1, "data-parallel ranks, each with its own GPU pool, runner and event stream")
+	f.IntVar(&c.TP, "tp", 1, "tensor-parallel ranks per DP rank: one runner shard each, holding 1/tp of every block")
+	f.IntVar(&c.GPUBlocks, "gpu-blocks", mocker.DefaultGPUBlocks, "GPU KV blocks per DP rank")
+	f.IntVar(&c.RunnerBlocks, "runner-blocks", mocker.DefaultRunnerBlocks, "block slots of each runner shard (host DRAM tier)")
+	f.IntVar(&c.KVBytesPerToken, "kv-bytes-per-token", mocker.DefaultKVBytesPerToken, "bytes of simulated KV per token (a real model has ~100 KiB+); block bytes = this × block size, split across TP shards")
+	f.IntVar(&c.MaxNumSeqs, "max-num-seqs", mocker.DefaultMaxNumSeqs, "most requests in the running batch per DP rank")
+	f.IntVar(&c.MaxBatchedTokens, "max-batched-tokens", mocker.DefaultMaxBatchedTokens, "token budget of one step (decode tokens + prefill chunk); longer prompts prefill in chunks")
+	f.IntVar(&c.MaxModelLen, "max-model-len", mocker.DefaultMaxModelLen, "most prompt + output tokens of a request")
+	f.IntVar(&c.ControlPort, "control-port", mocker.DefaultControlPort, "base port of the runners' peer control endpoints: DP rank d, TP rank t binds this + d*tp + t")
+	f.StringVar(&c.ControlHost, "control-host", "", "bind host of the runners; empty binds the advertise host when it is loopback, else every interface")
+	f.StringVar(&c.AdvertiseHost, "advertise-host", mocker.DefaultAdvertiseHost, "host peers and subscribers dial (runner control endpoints, events bound to a wildcard)")
+	f.StringVar(&c.RunnerSecret, "runner-secret", "", "shared secret peers must prove before pulling blocks (HMAC handshake); empty disables")
+	f.Uint64Var(&c.ModelSeed, "model-seed", 0, "seed of the simulated weights: instances with different seeds hold different KV bytes for the same prompt")
+	f.StringVar(&c.HashSeed, "hash-seed", "", "vLLM PYTHONHASHSEED for sha256_cbor block hashes; empty uses vLLM's default \"vllm-none-hash\" (sglang ignores it)")
+	f.Float64Var(&prefillUS, "prefill-us-per-token", float64(mocker.DefaultPrefillPerToken/time.Microsecond), "simulated prefill cost per prompt token computed, in microseconds")
+	f.Float64Var(&decodeMS, "decode-ms-per-token", float64(mocker.DefaultDecodePerToken/time.Millisecond), "simulated cost of one engine step (the inter-token latency), in milliseconds")
+	f.Float64Var(&restoreUS, "restore-us-per-token", float64(mocker.DefaultRestorePerToken/time.Microsecond), "simulated cost per token of copying a block from the runner into the GPU pool, in microseconds")
+	f.Float64Var(&c.Speedup, "speedup", 1, "simulated time runs this many times faster than wall time (peer pulls always take their real time)")
+	f.StringVar(&c.EventsEndpoint, "kv-events-endpoint", mocker.DefaultEventsEndpoint, "ZMQ PUB endpoint of DP rank 0 (rank r: port + r); binds when it holds a wildcard")
+	f.StringVar(&c.ReplayEndpoint, "kv-events-replay-endpoint", mocker.DefaultReplayEndpoint, "ZMQ ROUTER replay endpoint of DP rank 0 (rank r: port + r); \"none\" disables replay")
+	f.StringVar(&c.Topic, "kv-events-topic", "", "topic frame of every event message; empty, or kv@<advertise-host>:<http-port>@<model> with --kv-events-connect")
+	f.StringVar(&c.EventsConnect, "kv-events-connect", "", "dial this binding subscriber (llm-d style) instead of binding --kv-events-endpoint")
+	f.StringVar(&c.ChatTemplate, "chat-template", mocker.DefaultChatTemplate, "chat template for /v1/chat/completions: chatml, qwen2, qwen2.5, qwen3, llama3 or plain")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}

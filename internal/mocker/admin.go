@@ -1,0 +1,113 @@
+package mocker
+
+import (
+	"net/http"
+)
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	Root        string `json:"root"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+func (e *Engine) handleModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, modelList{Object: objectList, Data: []modelCard{{
+		ID: e.cfg.Model, Object: objectModel, Created: e.cfg.Clock.Now().Unix(), OwnedBy: ownedBy,
+		Root: e.cfg.Model, MaxModelLen: e.cfg.MaxModelLen,
+	}}})
+}
+
+// tokenizeResponse follows vLLM's /tokenize.
+type tokenizeResponse struct {
+	Count       int      `json:"count"`
+	MaxModelLen int      `json:"max_model_len"`
+	Tokens      []uint32 `json:"tokens"`
+	TokenStrs   []string `json:"token_strs"`
+}
+
+func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	tokens, err := e.parser().tokenize(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if tokens == nil {
+		tokens = []uint32{}
+	}
+	writeJSON(w, http.StatusOK, tokenizeResponse{Count: len(tokens), MaxModelLen: e.cfg.MaxModelLen, Tokens: tokens})
+}
+
+type evictResponse struct {
+	GPU    int `json:"gpu"`
+	Runner int `json:"runner"`
+}
+
+// handleEvict drops the named blocks (or all) from the chosen tiers of one
+// rank or all, publishing the removals as the engine would.
+func (e *Engine) handleEvict(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := e.parser().evict(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ranks, err := e.ranksFor(req.dpRank)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var out evictResponse
+	for _, rk := range ranks {
+		g, n := rk.evict(req.keys, req.gpu, req.runner)
+		out.GPU += g
+		out.Runner += n
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleReset empties every cache of every rank: AllBlocksCleared for the
+// GPU tier, a removal for each runner-owned block.
+func (e *Engine) handleReset(w http.ResponseWriter, _ *http.Request) {
+	var out evictResponse
+	for _, rk := range e.ranks {
+		g, n := rk.reset()
+		out.GPU += g
+		out.Runner += n
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (e *Engine) ranksFor(d *int) ([]*rank, error) {
+	if d == nil {
+		return e.ranks, nil
+	}
+	if *d < 0 || *d >= len(e.ranks) {
+		return nil, badRequest("dp_rank %d is outside 0..%d", *d, len(e.ranks)-1)
+	}
+	return e.ranks[*d : *d+1], nil
+}
+
+func (e *Engine) handleConfig(w http.ResponseWriter, _ *http.Request) {
+	if e.cfg.Flavor == SGLang {
+		writeJSON(w, http.StatusOK, e.serverInfo())
+		return
+	}
+	writeJSON(w, http.StatusOK, e.engineArgs())
+}

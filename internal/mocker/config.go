@@ -1,0 +1,236 @@
+package mocker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
+)
+
+// ErrConfig is wrapped by every configuration error; the message names the
+// flag to fix.
+var ErrConfig = errors.New("mocker: bad config")
+
+// Flavor is the engine the mocker imitates: it decides the event wire form,
+// the engine block hash, the mediums of runner-owned inventory and where a
+// request carries its hint.
+type Flavor string
+
+// Flavours.
+const (
+	SGLang Flavor = "sglang"
+	VLLM   Flavor = "vllm"
+)
+
+// Event formats (--event-format).
+const (
+	FormatMap   = "map"
+	FormatArray = "array"
+)
+
+// Defaults. A 2,000-token prompt prefills in 10 ms + 2,000 × 75 µs = 160 ms
+// simulated, the order of a mid-size model on one GPU.
+const (
+	DefaultListen           = "127.0.0.1:8000"
+	DefaultModel            = "kvrouter-demo"
+	DefaultBlockSize        = 16
+	DefaultGPUBlocks        = 4096
+	DefaultRunnerBlocks     = 8192
+	DefaultKVBytesPerToken  = 64
+	DefaultControlPort      = 25000
+	DefaultAdvertiseHost    = "127.0.0.1"
+	DefaultMaxNumSeqs       = 256
+	DefaultMaxBatchedTokens = 8192
+	DefaultMaxModelLen      = 32768
+	DefaultMaxTokens        = 16
+	DefaultPrefillPerToken  = 75 * time.Microsecond
+	DefaultDecodePerToken   = 10 * time.Millisecond
+	DefaultRestorePerToken  = 5 * time.Microsecond
+	DefaultEventsEndpoint   = "tcp://*:5557"
+	DefaultReplayEndpoint   = "tcp://*:5657"
+	DefaultChatTemplate     = "chatml"
+	maxTP                   = 64 // the catalog keeps one bit per TP shard
+)
+
+// Config configures an Engine. Zero fields take the defaults above, except
+// where noted.
+type Config struct {
+	Listen string // HTTP listen address; port 0 picks one
+	Model  string
+	Flavor Flavor
+	// EventFormat is FormatMap or FormatArray. vLLM's array form cannot say
+	// that a block is runner-owned, so it is refused for the vLLM flavour.
+	EventFormat string
+
+	BlockSize        int // tokens per KV block (SGLang page_size, vLLM block_size)
+	DP, TP           int
+	GPUBlocks        int // GPU KV blocks per DP rank
+	RunnerBlocks     int // blocks per runner shard (one shard per TP rank)
+	KVBytesPerToken  int // bytes of simulated KV per token, split across TP shards
+	MaxNumSeqs       int
+	MaxBatchedTokens int
+	MaxModelLen      int
+
+	// ControlPort is the runners' base port: attention rank a (DP rank d,
+	// TP rank t: a = d*TP + t) serves peers on ControlPort + a.
+	ControlPort int
+	// ControlHost is the runners' bind host; "" binds 127.0.0.1 when
+	// AdvertiseHost is loopback, else every interface.
+	ControlHost   string
+	AdvertiseHost string
+	RunnerSecret  string
+
+	ModelSeed uint64
+	// HashSeed is vLLM's PYTHONHASHSEED for sha256_cbor; "" is vLLM's default.
+	HashSeed string
+
+	PrefillPerToken time.Duration // per prompt token computed
+	DecodePerToken  time.Duration // per step: the inter-token latency
+	RestorePerToken time.Duration // per token copied from the runner into the GPU pool
+	Speedup         float64       // simulated time runs this much faster than the wall
+
+	EventsEndpoint string // PUB per DP rank (port + rank); binds on a wildcard
+	ReplayEndpoint string // replay ROUTER per DP rank; "none" disables
+	Topic          string
+	// EventsConnect, when set, dials this subscriber (llm-d style) instead
+	// of binding EventsEndpoint; the topic defaults to kv@<host>:<port>@<model>.
+	EventsConnect string
+
+	ChatTemplate string
+
+	Clock  Clock
+	Logger *slog.Logger
+}
+
+// replayNone disables the replay endpoint.
+const replayNone = "none"
+
+func (c *Config) setDefaults() {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	if c.Flavor == "" {
+		c.Flavor = SGLang
+	}
+	if c.EventFormat == "" {
+		c.EventFormat = FormatMap
+	}
+	def(&c.BlockSize, DefaultBlockSize)
+	def(&c.DP, 1)
+	def(&c.TP, 1)
+	def(&c.GPUBlocks, DefaultGPUBlocks)
+	def(&c.RunnerBlocks, DefaultRunnerBlocks)
+	def(&c.KVBytesPerToken, DefaultKVBytesPerToken)
+	def(&c.MaxNumSeqs, DefaultMaxNumSeqs)
+	def(&c.MaxBatchedTokens, DefaultMaxBatchedTokens)
+	def(&c.MaxModelLen, DefaultMaxModelLen)
+	def(&c.ControlPort, DefaultControlPort)
+	if c.AdvertiseHost == "" {
+		c.AdvertiseHost = DefaultAdvertiseHost
+	}
+	if c.Speedup == 0 {
+		c.Speedup = 1
+	}
+	if c.EventsEndpoint == "" {
+		c.EventsEndpoint = DefaultEventsEndpoint
+	}
+	if c.ReplayEndpoint == "" {
+		c.ReplayEndpoint = DefaultReplayEndpoint
+	}
+	if c.ChatTemplate == "" {
+		c.ChatTemplate = DefaultChatTemplate
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func configErr(flag, format string, args ...any) error {
+	return fmt.Errorf("%w: --%s: %s", ErrConfig, flag, fmt.Sprintf(format, args...))
+}
+
+// validate checks a defaulted config.
+func (c *Config) validate() error {
+	switch c.Flavor {
+	case SGLang, VLLM:
+	default:
+		return configErr("flavor", "%q is not a flavour; use %q or %q", c.Flavor, SGLang, VLLM)
+	}
+	switch c.EventFormat {
+	case FormatMap:
+	case FormatArray:
+		if c.Flavor == VLLM {
+			return configErr("event-format", "vLLM's array form cannot carry ownership \"kvcr\", so runner-owned inventory could not be reported; use %q", FormatMap)
+		}
+	default:
+		return configErr("event-format", "%q is not a format; use %q or %q", c.EventFormat, FormatMap, FormatArray)
+	}
+	for _, f := range []struct {
+		flag string
+		v    int
+	}{
+		{"block-size", c.BlockSize}, {"dp", c.DP}, {"tp", c.TP}, {"gpu-blocks", c.GPUBlocks},
+		{"runner-blocks", c.RunnerBlocks}, {"kv-bytes-per-token", c.KVBytesPerToken},
+		{"max-num-seqs", c.MaxNumSeqs}, {"max-batched-tokens", c.MaxBatchedTokens},
+		{"max-model-len", c.MaxModelLen},
+	} {
+		if f.v < 1 {
+			return configErr(f.flag, "must be at least 1, got %d", f.v)
+		}
+	}
+	if c.TP > maxTP {
+		return configErr("tp", "at most %d, got %d", maxTP, c.TP)
+	}
+	if bb := c.KVBytesPerToken * c.BlockSize; bb%c.TP != 0 {
+		return configErr("kv-bytes-per-token", "%d × block size %d = %d bytes per block does not split evenly across %d TP shards", c.KVBytesPerToken, c.BlockSize, bb, c.TP)
+	}
+	if last := c.ControlPort + c.DP*c.TP - 1; c.ControlPort < 1 || last > 65535 {
+		return configErr("control-port", "%d leaves attention ranks outside 1..65535 (last port %d)", c.ControlPort, last)
+	}
+	if c.Speedup <= 0 {
+		return configErr("speedup", "must be positive, got %g", c.Speedup)
+	}
+	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.RestorePerToken < 0 {
+		return configErr("prefill-us-per-token", "timings must not be negative")
+	}
+	if c.AdvertiseHost == "" {
+		return configErr("advertise-host", "must name the host peers dial")
+	}
+	return nil
+}
+
+func (c *Config) format() kvevents.Format {
+	switch {
+	case c.Flavor == SGLang && c.EventFormat == FormatArray:
+		return kvevents.SGLangArray
+	case c.Flavor == SGLang:
+		return kvevents.SGLangMap
+	}
+	return kvevents.VLLMMap
+}
+
+func (c *Config) vllmSeed() string {
+	if c.HashSeed == "" {
+		return kvhash.VLLMDefaultSeed
+	}
+	return c.HashSeed
+}
+
+func (c *Config) blockBytes() int { return c.KVBytesPerToken * c.BlockSize }
+
+// controlPort is the port of DP rank d's TP rank t runner.
+func (c *Config) controlPort(d, t int) int { return c.ControlPort + d*c.TP + t }

@@ -1,0 +1,236 @@
+package mocker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"kvrouter/internal/hints"
+)
+
+// job is one request as the HTTP side sees it: the scheduler's sequence, the
+// blocks its hint pulled, and the tokens delivered so far.
+type job struct {
+	seq    *Seq
+	rank   *rank
+	pull   pull
+	source string // the hint's source, set when a block came from it
+
+	mu     sync.Mutex
+	toks   []uint32
+	done   bool
+	ended  bool
+	notify chan struct{}
+}
+
+func (j *job) push(tok uint32, done bool) {
+	j.mu.Lock()
+	j.toks = append(j.toks, tok)
+	j.done = j.done || done
+	j.mu.Unlock()
+	select {
+	case j.notify <- struct{}{}:
+	default:
+	}
+}
+
+// end releases what the job holds. Called once, with the rank's lock held.
+func (j *job) end() {
+	j.mu.Lock()
+	if j.ended {
+		j.mu.Unlock()
+		return
+	}
+	j.ended = true
+	j.mu.Unlock()
+	j.pull.release()
+	j.rank.cat.unpin(j.seq.Keys)
+	j.rank.load.Add(-1)
+	select {
+	case j.notify <- struct{}{}:
+	default:
+	}
+}
+
+// next waits for tokens after the first have ones and returns them; done is
+// set with the last.
+func (j *job) next(ctx context.Context, have int) (toks []uint32, done bool, err error) {
+	for {
+		j.mu.Lock()
+		toks, done = j.toks[have:], j.done
+		ended := j.ended
+		j.mu.Unlock()
+		if len(toks) > 0 || done {
+			return toks, done, nil
+		}
+		if ended {
+			return nil, false, errAborted
+		}
+		select {
+		case <-j.notify:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+var errAborted = errors.New("request aborted")
+
+// usage is the request's token accounting, with kvrouter's extension.
+type usage struct {
+	PromptTokens     int           `json:"prompt_tokens"`
+	CompletionTokens int           `json:"completion_tokens"`
+	TotalTokens      int           `json:"total_tokens"`
+	Details          promptDetails `json:"prompt_tokens_details"`
+	KVRouter         kvrUsage      `json:"kvrouter"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+type kvrUsage struct {
+	PeerRestoredTokens int     `json:"peer_restored_tokens"`
+	LocalCachedTokens  int     `json:"local_cached_tokens"`
+	SourceEndpoint     *string `json:"source_endpoint"`
+	DPRank             int     `json:"dp_rank"`
+}
+
+// usage is read once the sequence has finished prefill.
+func (j *job) usage(completion int) usage {
+	j.rank.mu.Lock()
+	s := j.seq
+	local, peer := s.GPUTokens+s.RunnerTokens, s.PeerTokens
+	j.rank.mu.Unlock()
+	u := usage{
+		PromptTokens:     len(s.Tokens),
+		CompletionTokens: completion,
+		TotalTokens:      len(s.Tokens) + completion,
+		Details:          promptDetails{CachedTokens: local + peer},
+		KVRouter:         kvrUsage{PeerRestoredTokens: peer, LocalCachedTokens: local, DPRank: j.rank.id},
+	}
+	if peer > 0 {
+		src := j.source
+		u.KVRouter.SourceEndpoint = &src
+	}
+	return u
+}
+
+// request is a parsed inference request, ready to schedule.
+type request struct {
+	tokens    []uint32
+	maxTokens int
+	salt      string
+	dpRank    *int
+	hint      []byte // raw hint JSON as found in the body, nil when none
+}
+
+// start places req on a rank, pulls what its hint names, and queues it.
+func (e *Engine) start(ctx context.Context, req request) (*job, error) {
+	r, err := e.pickRank(req.dpRank)
+	if err != nil {
+		return nil, err
+	}
+	r.load.Add(1)
+	id := e.nonce + "-" + strconv.FormatUint(e.reqSeq.Add(1), 10)
+	seq := &Seq{
+		ID:        id,
+		Tokens:    req.tokens,
+		Keys:      e.cfg.engineHashes(req.tokens, req.salt),
+		Seeds:     contentSeeds(req.tokens, e.cfg.BlockSize),
+		Salt:      req.salt,
+		MaxTokens: req.maxTokens,
+	}
+	j := &job{seq: seq, rank: r, notify: make(chan struct{}, 1)}
+	r.cat.pin(seq, e.cfg.BlockSize)
+	if req.hint != nil {
+		e.applyHint(ctx, j, req.hint)
+	} else {
+		e.metrics.hint(outcomeNone)
+	}
+	if err := r.submit(j); err != nil {
+		r.mu.Lock()
+		j.end()
+		r.mu.Unlock()
+		return nil, err
+	}
+	return j, nil
+}
+
+// applyHint pulls the hinted blocks beyond what the rank holds itself from
+// the hint's source. Whatever fails is recomputed: a hint never fails a
+// request.
+func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
+	parsed, err := hints.Parse(raw)
+	if err != nil {
+		e.log.Debug("ignoring malformed hint", "request", j.seq.ID, "err", err)
+		e.metrics.hint(outcomeInvalid)
+		return
+	}
+	for _, w := range parsed.Warnings {
+		e.log.Debug("hint accepted with a warning", "request", j.seq.ID, "warning", w)
+	}
+	r, seq := j.rank, j.seq
+	hinted := make(map[uint64]bool, len(parsed.Hint.BlockHashes))
+	for _, k := range parsed.Hint.BlockHashes {
+		hinted[k] = true
+	}
+	r.mu.Lock()
+	limit := r.sched.cacheable(seq)
+	gpu, lower := r.sched.LocalPrefix(seq.Keys, limit)
+	r.mu.Unlock()
+	var want []uint64
+	for _, k := range seq.Keys[gpu+lower : limit] {
+		if !hinted[k] {
+			break
+		}
+		want = append(want, k)
+	}
+	if len(want) == 0 {
+		e.metrics.hint(outcomeLocal)
+		return
+	}
+	start := time.Now() // a real transfer: wall time, not simulated time
+	p := r.tier.fetch(ctx, seq.ID, parsed.Hint.Endpoint, want)
+	e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
+	j.pull = p
+	if len(p.keys) > 0 {
+		j.source = parsed.Hint.Endpoint
+		seq.PeerKeys = make(map[uint64]bool, len(p.keys))
+		for _, k := range p.keys {
+			seq.PeerKeys[k] = true
+		}
+	}
+	switch {
+	case len(p.keys) == len(want):
+		e.metrics.hint(outcomeRestored)
+	case len(p.keys) > 0:
+		e.metrics.hint(outcomePartial)
+	default:
+		e.metrics.hint(outcomeFailed)
+	}
+	if p.err != nil {
+		e.log.Debug("peer pull incomplete; recomputing the rest", "request", seq.ID,
+			"source", parsed.Hint.Endpoint, "pulled", len(p.keys), "wanted", len(want), "err", p.err)
+	}
+}
+
+// pickRank honours an explicit rank, else takes the least loaded.
+func (e *Engine) pickRank(want *int) (*rank, error) {
+	if want != nil {
+		if *want < 0 || *want >= len(e.ranks) {
+			return nil, fmt.Errorf("%w: dp_rank %d is outside 0..%d", errBadRequest, *want, len(e.ranks)-1)
+		}
+		return e.ranks[*want], nil
+	}
+	best := e.ranks[0]
+	for _, r := range e.ranks[1:] {
+		if r.load.Load() < best.load.Load() {
+			best = r
+		}
+	}
+	return best, nil
+}
