@@ -29,12 +29,11 @@ func (ix *Index) Dump(src Source) []Op {
 	}
 	s.mu.Lock()
 	ents := make([]entry, 0, len(s.engine))
-	for e, r := range s.engine {
-		sh := &ix.shards[r.shard()]
+	for e, seq := range s.engine {
+		sh := &ix.shards[shardOf(seq)]
 		sh.mu.RLock()
-		if i, ok := sh.holds(r.slot(), s.id, e); ok {
-			n := &sh.nodes[r.slot()]
-			ents = append(ents, entry{n.seq, e, n.depth & maxDepth, sh.holder(n, i) & tierMask})
+		if pos, w, ok := sh.holds(seq, s.id, e); ok {
+			ents = append(ents, entry{seq, e, sh.tab[pos].depth(), w & tierMask})
 		}
 		sh.mu.RUnlock()
 	}

@@ -14,7 +14,7 @@ const (
 // ancestors (stores inherit the parent's stamp, matches touch whole
 // prefixes), evicting in this order takes a block's descendants with it.
 func evictKey(n *node) uint64 {
-	return uint64(n.loadStamp())<<32 | uint64(maxDepth-n.depth&maxDepth)
+	return uint64(n.loadStamp())<<32 | uint64(maxDepth-n.depth())
 }
 
 func (ix *Index) maybeEvict() {
@@ -29,8 +29,7 @@ func (ix *Index) maybeEvict() {
 }
 
 type staleEntry struct {
-	r ref
-	e uint64
+	seq, e uint64
 }
 
 // evict drops the least recent blocks down to 15/16 of the cap: evicting in
@@ -45,8 +44,8 @@ func (ix *Index) evict() {
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.RLock()
-		for j := range sh.nodes {
-			if n := &sh.nodes[j]; n.h0 != 0 || n.more != 0 {
+		for j := range sh.tab {
+			if n := &sh.tab[j]; n.seq != 0 {
 				keys = append(keys, evictKey(n))
 			}
 		}
@@ -70,19 +69,23 @@ func (ix *Index) evict() {
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.Lock()
-		for j := range sh.nodes {
-			n := &sh.nodes[j]
-			if n.h0 == 0 && n.more == 0 {
+		// Freeing shifts later entries back into the hole: look at the same
+		// position again. Entries only ever move to positions not yet passed.
+		for j := 0; j < len(sh.tab); {
+			n := &sh.tab[j]
+			if n.seq == 0 {
+				j++
 				continue
 			}
 			key := evictKey(n)
 			if key > th || key == th && atTh <= 0 {
+				j++
 				continue
 			}
 			if key == th {
 				atTh--
 			}
-			ix.dropNode(sh, uint32(i), uint32(j), srcs, stale)
+			ix.dropNode(sh, j, srcs, stale)
 		}
 		sh.mu.Unlock()
 	}
@@ -98,12 +101,12 @@ func (ix *Index) evict() {
 		s.mu.Lock()
 		if !s.gone {
 			for _, se := range list {
-				if s.engine[se.e] != se.r {
+				if s.engine[se.e] != se.seq {
 					continue
 				}
-				sh := &ix.shards[se.r.shard()]
+				sh := &ix.shards[shardOf(se.seq)]
 				sh.mu.RLock()
-				_, held := sh.holds(se.r.slot(), s.id, se.e)
+				_, _, held := sh.holds(se.seq, s.id, se.e)
 				sh.mu.RUnlock()
 				if !held {
 					delete(s.engine, se.e)
@@ -114,24 +117,25 @@ func (ix *Index) evict() {
 	}
 }
 
-// dropNode removes every holder of a node and frees it.
-func (ix *Index) dropNode(sh *shard, si, slot uint32, srcs []*source, stale map[uint32][]staleEntry) {
-	n := &sh.nodes[slot]
-	for c := sh.holderCount(n); c > 0; c-- {
-		w := sh.holder(n, c-1)
+// dropNode removes every holder of the node at pos and frees it.
+func (ix *Index) dropNode(sh *shard, pos int, srcs []*source, stale map[uint32][]staleEntry) {
+	n := &sh.tab[pos]
+	sh.tmp = sh.appendHolders(sh.tmp[:0], n)
+	for _, w := range sh.tmp {
 		id := w >> idShift
-		e := sh.engineOf(slot, w)
-		stale[id] = append(stale[id], staleEntry{mkref(si, slot), e})
+		stale[id] = append(stale[id], staleEntry{n.seq, sh.engineOf(n, w)})
 		if w&altBit != 0 {
-			delete(sh.alt, altKey(slot, id))
+			delete(sh.alt, altKey{n.seq, id})
 		}
 		if int(id) < len(srcs) && srcs[id] != nil {
 			srcs[id].held.Add(-1)
 		}
 		ix.pairs.Add(-1)
-		sh.deleteHolder(n, c-1)
 	}
-	sh.freeNode(slot)
+	if n.meta&metaMore != 0 {
+		sh.release(n.h0)
+	}
+	sh.freeNode(pos)
 	ix.blocks.Add(-1)
 	ix.evicted.Add(1)
 }
@@ -147,8 +151,8 @@ func (ix *Index) rebase() {
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.Lock()
-		for j := range sh.nodes {
-			n := &sh.nodes[j]
+		for j := range sh.tab {
+			n := &sh.tab[j]
 			n.stamp = max(n.stamp, rebaseBy) - rebaseBy
 		}
 		sh.mu.Unlock()

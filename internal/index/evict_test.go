@@ -144,8 +144,8 @@ func TestRebase(t *testing.T) {
 	seq1 := kvhash.SequenceHashes(chain(1))[0]
 	stamp := func(seq uint64) uint32 {
 		sh := &ix.shards[shardOf(seq)]
-		slot, _ := sh.find(seq)
-		return sh.nodes[slot].loadStamp()
+		pos, _ := sh.find(seq)
+		return sh.tab[pos].loadStamp()
 	}
 	ix.clock.Store(rebaseAt<<epochShift - 2)
 	ix.Match(chain(0)[:1], MatchOptions{}) // epoch rebaseAt-1

@@ -32,6 +32,10 @@ import (
 // NumTiers is the number of tiers a block can reside on (kvevents.Tier).
 const NumTiers = numTiers
 
+// zeroSeq stands in for an identity that hashes to 0, which marks empty
+// table slots.
+const zeroSeq = 0x9e3779b97f4a7c15
+
 // Config configures an Index.
 type Config struct {
 	// BlockSize is the number of tokens per block; every store's block
@@ -143,13 +147,14 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	case op.Seqs != nil:
 		stamp = ix.epoch()
 	case op.HasParent:
-		r, ok := s.engine[op.Parent]
+		pseq, ok := s.engine[op.Parent]
 		if ok {
-			sh := &ix.shards[r.shard()]
+			sh := &ix.shards[shardOf(pseq)]
 			sh.mu.RLock()
-			if _, ok = sh.holds(r.slot(), s.id, op.Parent); ok {
-				n := &sh.nodes[r.slot()]
-				prev, depth, stamp = n.seq, n.depth&maxDepth+1, n.loadStamp()
+			var pos int
+			if pos, _, ok = sh.holds(pseq, s.id, op.Parent); ok {
+				n := &sh.tab[pos]
+				prev, depth, stamp = n.seq, n.depth()+1, n.loadStamp()
 			}
 			sh.mu.RUnlock()
 		}
@@ -179,6 +184,9 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 			seq = kvhash.SequenceHash(prev, op.Local[i])
 		}
 		prev = seq
+		if seq == 0 {
+			seq = zeroSeq
+		}
 		conf = ix.hold(s, seq, d, stamp, bit, e, conf)
 	}
 	return conf, nil
@@ -186,35 +194,28 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 
 // hold records that s holds identity seq on the tier bit under engine hash e.
 func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64, conf []uint32) []uint32 {
-	si := shardOf(seq)
-	sh := &ix.shards[si]
+	sh := &ix.shards[shardOf(seq)]
 	sh.mu.Lock()
-	slot, ok := sh.find(seq)
+	pos, ok := sh.find(seq)
 	if !ok {
-		slot = sh.newNode(seq, e, depth, stamp)
+		pos = sh.newNode(seq, e, depth, stamp)
 		ix.blocks.Add(1)
 	}
-	n := &sh.nodes[slot]
-	i, found := sh.findHolder(n, s.id)
+	n := &sh.tab[pos]
+	w, found := sh.getHolder(n, s.id)
 	var prevE uint64
 	rehashed := false
 	conf = conf[:0]
-	if found {
-		w := sh.holder(n, i) | bit
-		prevE = sh.engineOf(slot, w)
-		sh.setHolder(n, i, w)
-		if prevE != e {
-			rehashed = true
-			sh.setEngine(slot, i, w, e)
-			conf = sh.disagree(conf, slot, s.id, e)
-		}
-	} else {
-		w := s.id<<idShift | bit
-		sh.insertHolder(n, i, w)
-		if e != n.engine {
-			sh.setEngine(slot, i, w, e)
-		}
-		conf = sh.disagree(conf, slot, s.id, e)
+	switch {
+	case found && sh.engineOf(n, w) == e:
+		sh.putHolder(n, w|bit)
+	case found:
+		prevE, rehashed = sh.engineOf(n, w), true
+		sh.setEngine(n, w|bit, e)
+		conf = sh.disagree(conf, n, s.id, e)
+	default:
+		sh.setEngine(n, s.id<<idShift|bit, e)
+		conf = sh.disagree(conf, n, s.id, e)
 		s.held.Add(1)
 		ix.pairs.Add(1)
 	}
@@ -226,31 +227,30 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 			ix.conf.add(s.id, id)
 		}
 	}
-	r := mkref(si, slot)
-	if rehashed && s.engine[prevE] == r {
+	if rehashed && s.engine[prevE] == seq {
 		delete(s.engine, prevE)
 	}
-	if old, ok := s.engine[e]; ok && old != r {
+	if old, ok := s.engine[e]; ok && old != seq {
 		// The source reused an engine hash for another identity: the last
 		// store wins, and the old block cannot be named by it anymore.
 		if _, held := ix.unhold(s, old, e, tierMask); held {
 			ix.remapped.Add(1)
 		}
 	}
-	s.engine[e] = r
+	s.engine[e] = seq
 	return conf
 }
 
-// unhold clears tiers of s's holding at r if s holds r under e.
-func (ix *Index) unhold(s *source, r ref, e uint64, tiers uint32) (gone, held bool) {
-	sh := &ix.shards[r.shard()]
+// unhold clears tiers of s's holding of seq if s holds it under e.
+func (ix *Index) unhold(s *source, seq uint64, e uint64, tiers uint32) (gone, held bool) {
+	sh := &ix.shards[shardOf(seq)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, held := sh.holds(r.slot(), s.id, e)
+	pos, w, held := sh.holds(seq, s.id, e)
 	if !held {
 		return false, false
 	}
-	gone, nodeGone := sh.unhold(r.slot(), i, tiers)
+	gone, nodeGone := sh.unhold(pos, w, tiers)
 	if gone {
 		s.held.Add(-1)
 		ix.pairs.Add(-1)
@@ -263,12 +263,12 @@ func (ix *Index) unhold(s *source, r ref, e uint64, tiers uint32) (gone, held bo
 
 func (ix *Index) remove(s *source, hashes []uint64, tiers uint32) {
 	for _, e := range hashes {
-		r, ok := s.engine[e]
+		seq, ok := s.engine[e]
 		if !ok {
 			ix.unknownRemove.Add(1)
 			continue
 		}
-		gone, held := ix.unhold(s, r, e, tiers)
+		gone, held := ix.unhold(s, seq, e, tiers)
 		if !held {
 			ix.unknownRemove.Add(1) // stale: evicted by the index
 		}
@@ -279,13 +279,13 @@ func (ix *Index) remove(s *source, hashes []uint64, tiers uint32) {
 }
 
 func (ix *Index) clear(s *source, tiers uint32) {
-	for e, r := range s.engine {
-		if gone, held := ix.unhold(s, r, e, tiers); gone || !held {
+	for e, seq := range s.engine {
+		if gone, held := ix.unhold(s, seq, e, tiers); gone || !held {
 			delete(s.engine, e)
 		}
 	}
 	if len(s.engine) == 0 {
-		s.engine = make(map[uint64]ref) // maps never shrink
+		s.engine = make(map[uint64]uint64) // maps never shrink
 	}
 }
 
@@ -351,7 +351,7 @@ type Stats struct {
 	ConflictStores uint64
 }
 
-// perEngineEntry estimates a Go map[uint64]ref entry with its control
+// perEngineEntry estimates a Go map[uint64]uint64 entry with its control
 // byte and load-factor slack.
 const perEngineEntry = 26
 

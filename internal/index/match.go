@@ -48,63 +48,127 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	defer ix.scratch.Put(sc)
 	sc.reset(len(srcs), opts.Chains, len(local))
 
-	touch := ix.maxBlocks > 0
 	var now uint32
-	if touch {
+	if ix.maxBlocks > 0 {
 		now = ix.tick()
 	}
 	var seq uint64
 	reached := 0
-	for i, l := range local {
-		if i == 0 {
-			seq = l
-		} else {
-			seq = kvhash.SequenceHash(seq, l)
+	for base := 0; base < len(local); base += matchBatch {
+		ents := sc.ents[:min(matchBatch, len(local)-base)]
+		for k := range ents {
+			if i := base + k; i == 0 {
+				seq = local[0]
+			} else {
+				seq = kvhash.SequenceHash(seq, local[i])
+			}
+			ents[k].seq = seq
+			if seq == 0 {
+				ents[k].seq = zeroSeq
+			}
 		}
-		sh := &ix.shards[shardOf(seq)]
-		sh.mu.RLock()
-		slot, ok := sh.find(seq)
+		ix.lookupBatch(sc, ents, opts.Chains, now)
+
+		for k := range ents {
+			e := &ents[k]
+			i := base + k
+			if !e.ok {
+				return sc.results(dst, srcs, uint32(reached))
+			}
+			cur := sc.hbuf[e.off : e.off+e.n]
+			sc.advance(uint32(i), sc.prev, sc.prevDense, cur, e.dense)
+			if sc.alive == 0 {
+				return sc.results(dst, srcs, uint32(reached))
+			}
+			if opts.Chains {
+				sc.extendChains(i, e.engine, sc.abuf[e.aoff:e.aoff+e.an])
+			}
+			reached = i + 1
+			sc.prev, sc.prevDense = cur, e.dense
+		}
+		// The next batch reuses hbuf: keep the last holders apart.
+		sc.keep = append(sc.keep[:0], sc.prev...)
+		sc.prev = sc.keep
+	}
+	return sc.results(dst, srcs, uint32(reached))
+}
+
+// matchBatch is how many blocks Match looks up at once: past the point
+// where no source extends the prefix it wastes at most that many lookups,
+// and within a batch the cache misses of the lookups overlap.
+const matchBatch = 16
+
+// batchEnt is one block of a lookup batch.
+type batchEnt struct {
+	seq      uint64
+	engine   uint64
+	ok       bool
+	dense    bool // hbuf holds tier-mask words, not holder words
+	off, n   int  // holders in scratch.hbuf
+	aoff, an int  // alt holders in scratch.abuf
+}
+
+// lookupBatch copies out the nodes of a batch of identities. It read-locks
+// the shards involved in ascending order (writers hold one shard lock at a
+// time, so readers holding several cannot deadlock with them), then loads
+// every node's cache line before using any, so that the misses overlap
+// instead of queueing behind each other.
+func (ix *Index) lookupBatch(sc *scratch, ents []batchEnt, chains bool, now uint32) {
+	var locked uint64
+	for k := range ents {
+		locked |= 1 << shardOf(ents[k].seq)
+	}
+	for m := locked; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros64(m)].mu.RLock()
+	}
+	var sink uint64
+	for k := range ents {
+		sh := &ix.shards[shardOf(ents[k].seq)]
+		if len(sh.tab) > 0 {
+			sink += sh.tab[ents[k].seq&uint64(len(sh.tab)-1)].seq
+		}
+	}
+	for k := range ents { // holder blocks, now that the nodes are in cache
+		sh := &ix.shards[shardOf(ents[k].seq)]
+		if len(sh.tab) > 0 {
+			if n := &sh.tab[ents[k].seq&uint64(len(sh.tab)-1)]; n.meta&metaMore != 0 && n.seq == ents[k].seq {
+				sink += uint64(sh.arena[n.h0])
+			}
+		}
+	}
+	sc.sink = sink
+	hb, ab := sc.hbuf[:0], sc.abuf[:0]
+	for k := range ents {
+		e := &ents[k]
+		sh := &ix.shards[shardOf(e.seq)]
+		pos, ok := sh.find(e.seq)
+		e.ok = ok
 		if !ok {
-			sh.mu.RUnlock()
-			break
+			break // the prefix ends here for everybody
 		}
-		n := &sh.nodes[slot]
-		cur := sc.cur[:0]
-		if n.more == 0 {
-			cur = append(cur, n.h0)
-		} else {
-			cur = append(cur, sh.words(n)...)
-		}
-		engine := n.engine
-		sc.alts = sc.alts[:0]
-		if opts.Chains && n.depth&depthAlt != 0 {
-			for _, w := range cur {
+		n := &sh.tab[pos]
+		e.engine = n.engine
+		e.off = len(hb)
+		hb, e.dense = sh.appendRaw(hb, n)
+		e.n = len(hb) - e.off
+		e.aoff = len(ab)
+		if chains && n.meta&metaAlt != 0 {
+			sc.tmp = sh.appendHolders(sc.tmp[:0], n)
+			for _, w := range sc.tmp {
 				if w&altBit != 0 {
-					sc.alts = append(sc.alts, altHolder{w >> idShift, sh.alt[altKey(slot, w>>idShift)]})
+					ab = append(ab, altHolder{w >> idShift, sh.alt[altKey{e.seq, w >> idShift}]})
 				}
 			}
 		}
-		if touch {
+		e.an = len(ab) - e.aoff
+		if now != 0 {
 			n.touch(now)
 		}
-		sh.mu.RUnlock()
-		sc.cur = cur
-
-		if i == 0 {
-			sc.start(cur)
-		} else {
-			sc.step(uint32(i), sc.prev, cur)
-		}
-		if sc.alive == 0 {
-			break
-		}
-		if opts.Chains {
-			sc.extendChains(i, engine)
-		}
-		reached = i + 1
-		sc.prev, sc.cur = sc.cur, sc.prev
 	}
-	return sc.results(dst, srcs, uint32(reached))
+	for m := locked; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros64(m)].mu.RUnlock()
+	}
+	sc.hbuf, sc.abuf = hb, ab
 }
 
 // srcState is one source's progress through a Match. Tier accounting is
@@ -133,14 +197,22 @@ type scratch struct {
 	gen       uint32
 	st        []srcState
 	alive     int
-	prev, cur []uint32
+	ents      [matchBatch]batchEnt
+	hbuf      []uint32    // holders of the batch
+	abuf      []altHolder // alt holders of the batch
+	prev      []uint32    // holders of the previous block
+	prevDense bool
+	keep      []uint32
+	tmp       []uint32
+	convA     []uint32 // holder words turned into tier-mask words
+	convB     []uint32
 	cands     []uint32
-	alts      []altHolder
 	chains    bool
 	primary   []uint64
 	private   [][]uint64
 	privIDs   []uint32
 	buckets   []int32
+	sink      uint64
 }
 
 func (sc *scratch) reset(nsrc int, chains bool, n int) {
@@ -153,7 +225,7 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 		sc.st = append(sc.st, make([]srcState, nsrc-len(sc.st))...)
 	}
 	sc.alive = 0
-	sc.prev, sc.cur, sc.cands = sc.prev[:0], sc.cur[:0], sc.cands[:0]
+	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
 	sc.chains = chains
 	sc.primary, sc.private, sc.privIDs = nil, sc.private[:0], sc.privIDs[:0]
 	if chains {
@@ -173,18 +245,76 @@ func (sc *scratch) state(id uint32) *srcState {
 	return st
 }
 
-// start admits the holders of the first block.
-func (sc *scratch) start(cur []uint32) {
-	for _, w := range cur {
-		id := w >> idShift
-		if int(id) >= len(sc.st) {
-			continue
+// advance moves the match from block i-1 (holders prev) to block i.
+func (sc *scratch) advance(i uint32, prev []uint32, prevDense bool, cur []uint32, curDense bool) {
+	switch {
+	case i == 0:
+		sc.start(cur, curDense)
+	case !prevDense && !curDense:
+		sc.step(i, prev, cur)
+	default:
+		if !prevDense {
+			sc.convA = toMasks(sc.convA, prev)
+			prev = sc.convA
 		}
-		m := w & tierMask
-		sc.st[id] = srcState{gen: sc.gen, alive: true, mask: m, devDone: m&1 == 0}
-		sc.cands = append(sc.cands, id)
-		sc.alive++
+		if !curDense {
+			sc.convB = toMasks(sc.convB, cur)
+			cur = sc.convB
+		}
+		sc.stepDense(i, prev, cur)
 	}
+}
+
+// toMasks turns sorted holder words into tier-mask words indexed by id.
+func toMasks(dst, ws []uint32) []uint32 {
+	n := 0
+	if len(ws) > 0 {
+		n = int(ws[len(ws)-1]>>idShift/nibbles) + 1
+	}
+	dst = append(dst[:0], make([]uint32, n)...)
+	for _, w := range ws {
+		id := w >> idShift
+		dst[id/nibbles] |= w & tierMask << (4 * (id % nibbles))
+	}
+	return dst
+}
+
+// start admits the holders of the first block.
+func (sc *scratch) start(cur []uint32, dense bool) {
+	if !dense {
+		for _, w := range cur {
+			sc.admit(w>>idShift, w&tierMask)
+		}
+		return
+	}
+	for k, nw := range cur {
+		for nw != 0 {
+			j := uint32(bits.TrailingZeros32(nw)) / 4
+			sc.admit(uint32(k)*nibbles+j, nw>>(4*j)&tierMask)
+			nw &^= tierMask << (4 * j)
+		}
+	}
+}
+
+func (sc *scratch) admit(id, m uint32) {
+	if int(id) >= len(sc.st) {
+		return // registered after this Match began
+	}
+	sc.st[id] = srcState{gen: sc.gen, alive: true, mask: m, devDone: m&1 == 0}
+	sc.cands = append(sc.cands, id)
+	sc.alive++
+}
+
+// change books a source's tier mask changing to m at block i.
+func (sc *scratch) change(st *srcState, i, m uint32) {
+	if m == st.mask {
+		return
+	}
+	st.run(i)
+	if !st.devDone && m&1 == 0 {
+		st.dev, st.devDone = i, true
+	}
+	st.mask, st.since = m, i
 }
 
 // step moves from block i-1 (holders prev) to block i (holders cur). Both
@@ -192,6 +322,23 @@ func (sc *scratch) start(cur []uint32) {
 func (sc *scratch) step(i uint32, prev, cur []uint32) {
 	a, b := 0, 0
 	for a < len(prev) && b < len(cur) {
+		// Holder sets of consecutive blocks mostly agree: skip equal runs
+		// in chunks, long ones with the vectorised memequal.
+		for a+32 <= len(prev) && b+32 <= len(cur) && [32]uint32(prev[a:a+32]) == [32]uint32(cur[b:b+32]) {
+			a += 32
+			b += 32
+		}
+		for a+4 <= len(prev) && b+4 <= len(cur) {
+			p, c := prev[a:a+4:a+4], cur[b:b+4:b+4]
+			if p[0] != c[0] || p[1] != c[1] || p[2] != c[2] || p[3] != c[3] {
+				break
+			}
+			a += 4
+			b += 4
+		}
+		if a == len(prev) || b == len(cur) {
+			break
+		}
 		if prev[a] == cur[b] {
 			a++
 			b++
@@ -201,13 +348,7 @@ func (sc *scratch) step(i uint32, prev, cur []uint32) {
 		switch {
 		case ia == ib:
 			if st := sc.state(ia); st != nil {
-				if m := cur[b] & tierMask; m != st.mask {
-					st.run(i)
-					if !st.devDone && m&1 == 0 {
-						st.dev, st.devDone = i, true
-					}
-					st.mask, st.since = m, i
-				}
+				sc.change(st, i, cur[b]&tierMask)
 			}
 			a++
 			b++
@@ -220,6 +361,39 @@ func (sc *scratch) step(i uint32, prev, cur []uint32) {
 	}
 	for ; a < len(prev); a++ {
 		sc.drop(prev[a]>>idShift, i)
+	}
+}
+
+// stepDense is step over tier-mask words: one word covers eight sources.
+func (sc *scratch) stepDense(i uint32, prev, cur []uint32) {
+	for k := 0; k < max(len(prev), len(cur)); k++ {
+		for k+16 <= len(prev) && k+16 <= len(cur) && [16]uint32(prev[k:k+16]) == [16]uint32(cur[k:k+16]) {
+			k += 16
+		}
+		var p, c uint32
+		if k < len(prev) {
+			p = prev[k]
+		}
+		if k < len(cur) {
+			c = cur[k]
+		}
+		for d := p ^ c; d != 0; {
+			j := uint32(bits.TrailingZeros32(d)) / 4
+			d &^= tierMask << (4 * j)
+			if p>>(4*j)&tierMask == 0 {
+				continue // held at i but not at i-1: not a prefix
+			}
+			st := sc.state(uint32(k)*nibbles + j)
+			if st == nil {
+				continue
+			}
+			if m := c >> (4 * j) & tierMask; m == 0 {
+				st.end(i)
+				sc.alive--
+			} else {
+				sc.change(st, i, m)
+			}
+		}
 	}
 }
 
@@ -247,9 +421,9 @@ func (sc *scratch) drop(id, i uint32) {
 // extendChains appends block i's engine hash to every live chain. Sources
 // agreeing with node.engine all along share the primary chain; one that
 // disagrees once gets a private copy.
-func (sc *scratch) extendChains(i int, engine uint64) {
+func (sc *scratch) extendChains(i int, engine uint64, alts []altHolder) {
 	sc.primary = append(sc.primary, engine)
-	for _, a := range sc.alts {
+	for _, a := range alts {
 		st := sc.state(a.id)
 		if st == nil {
 			continue

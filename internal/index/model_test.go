@@ -356,12 +356,14 @@ func TestModelRandom(t *testing.T) {
 	runs := []struct {
 		seed              uint64
 		srcs, paths, plen int
-		ops               int
+		ops, every        int // compare with the model every that many ops
 	}{
-		{seed: 1, srcs: 3, paths: 6, plen: 5, ops: 3000},
-		{seed: 2, srcs: 6, paths: 12, plen: 8, ops: 3000},
-		{seed: 3, srcs: 9, paths: 20, plen: 12, ops: 3000},
-		{seed: 4, srcs: 4, paths: 40, plen: 3, ops: 3000},
+		{seed: 1, srcs: 3, paths: 6, plen: 5, ops: 3000, every: 50},
+		{seed: 2, srcs: 6, paths: 12, plen: 8, ops: 3000, every: 50},
+		{seed: 3, srcs: 9, paths: 20, plen: 12, ops: 3000, every: 50},
+		{seed: 4, srcs: 4, paths: 40, plen: 3, ops: 3000, every: 50},
+		// Enough sources for shared blocks to turn dense and back.
+		{seed: 5, srcs: 150, paths: 6, plen: 6, ops: 5000, every: 500},
 	}
 	for _, r := range runs {
 		t.Run(fmt.Sprintf("seed%d", r.seed), func(t *testing.T) {
@@ -384,11 +386,14 @@ func TestModelRandom(t *testing.T) {
 				if !errors.Is(gotErr, wantErr) || (gotErr == nil) != (wantErr == nil) {
 					t.Fatalf("op %d %+v: error %v, model %v", i, op, gotErr, wantErr)
 				}
-				if i%50 == 0 {
+				if i%r.every == 0 {
 					compareAll(t, fmt.Sprintf("op %d", i), ix, m, w)
 				}
 			}
 			compareAll(t, "end", ix, m, w)
+			if r.srcs > 100 && !hasDense(ix) {
+				t.Fatalf("no holder set turned dense")
+			}
 
 			// Dump → rebuild gives identical matches.
 			re, err := New(Config{BlockSize: 4})
@@ -411,9 +416,21 @@ func TestModelRandom(t *testing.T) {
 	}
 }
 
+func hasDense(ix *Index) bool {
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		for j := range sh.tab {
+			if sh.tab[j].seq != 0 && sh.isDense(&sh.tab[j]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // checkInvariants verifies the index's internal structure: tables find every
 // live node, holder blocks are sorted and unique, alt entries match flags,
-// counters add up, and every holder has its source's engine-hash entry.
+// counters add up, and holders and engine-hash entries name each other.
 func checkInvariants(t *testing.T, ix *Index) {
 	t.Helper()
 	blocks, pairs := 0, 0
@@ -422,25 +439,34 @@ func checkInvariants(t *testing.T, ix *Index) {
 		sh := &ix.shards[si]
 		sh.mu.RLock()
 		live, alts := 0, 0
-		for slot := range sh.nodes {
-			n := &sh.nodes[slot]
-			c := sh.holderCount(n)
-			if c == 0 {
+		for pos := range sh.tab {
+			n := &sh.tab[pos]
+			if n.seq == 0 {
 				continue
 			}
 			live++
-			if got, ok := sh.find(n.seq); !ok || got != uint32(slot) {
-				t.Fatalf("shard %d: node %d (seq %#x) not found by table", si, slot, n.seq)
+			c := sh.holderCount(n)
+			if c == 0 {
+				t.Fatalf("shard %d: node %#x without holders", si, n.seq)
+			}
+			if got, ok := sh.find(n.seq); !ok || got != pos {
+				t.Fatalf("shard %d: node %#x at %d not found by the table", si, n.seq, pos)
 			}
 			if shardOf(n.seq) != uint32(si) {
 				t.Fatalf("node in wrong shard")
 			}
+			if n.meta&metaMore != 0 && c < 3 || sh.isDense(n) && c < sparseAt {
+				t.Fatalf("holder block with %d holders", c)
+			}
+			ws := sh.appendHolders(nil, n)
+			if len(ws) != c {
+				t.Fatalf("shard %d node %#x: count %d, %d holders", si, n.seq, c, len(ws))
+			}
 			var last uint32
-			for i := range c {
-				w := sh.holder(n, i)
+			for i, w := range ws {
 				id := w >> idShift
 				if i > 0 && id <= last {
-					t.Fatalf("shard %d node %d: holders unsorted", si, slot)
+					t.Fatalf("shard %d node %#x: holders unsorted", si, n.seq)
 				}
 				last = id
 				if w&tierMask == 0 {
@@ -448,10 +474,10 @@ func checkInvariants(t *testing.T, ix *Index) {
 				}
 				if w&altBit != 0 {
 					alts++
-					if n.depth&depthAlt == 0 {
+					if n.meta&metaAlt == 0 {
 						t.Fatalf("alt holder without node flag")
 					}
-					if _, ok := sh.alt[altKey(uint32(slot), id)]; !ok {
+					if _, ok := sh.alt[altKey{n.seq, id}]; !ok {
 						t.Fatalf("alt holder without alt entry")
 					}
 				}
@@ -459,12 +485,9 @@ func checkInvariants(t *testing.T, ix *Index) {
 				if s == nil {
 					t.Fatalf("holder of unknown source %d", id)
 				}
-				if r, ok := s.engine[sh.engineOf(uint32(slot), w)]; !ok || r != mkref(uint32(si), uint32(slot)) {
+				if seq, ok := s.engine[sh.engineOf(n, w)]; !ok || seq != n.seq {
 					t.Fatalf("holder %s without engine entry", s.key)
 				}
-			}
-			if n.more != 0 && c < 2 {
-				t.Fatalf("holder block with %d holders", c)
 			}
 			pairs += c
 		}
@@ -473,15 +496,6 @@ func checkInvariants(t *testing.T, ix *Index) {
 		}
 		if alts != len(sh.alt) {
 			t.Fatalf("shard %d: %d alt holders, %d alt entries", si, alts, len(sh.alt))
-		}
-		used := 0
-		for _, e := range sh.tab {
-			if e != 0 {
-				used++
-			}
-		}
-		if used != live {
-			t.Fatalf("shard %d: %d table entries, %d live", si, used, live)
 		}
 		blocks += live
 		sh.mu.RUnlock()
@@ -495,10 +509,10 @@ func checkInvariants(t *testing.T, ix *Index) {
 			continue
 		}
 		held += s.held.Load()
-		for e, r := range s.engine {
-			sh := &ix.shards[r.shard()]
+		for e, seq := range s.engine {
+			sh := &ix.shards[shardOf(seq)]
 			sh.mu.RLock()
-			_, ok := sh.holds(r.slot(), s.id, e)
+			_, _, ok := sh.holds(seq, s.id, e)
 			sh.mu.RUnlock()
 			if !ok {
 				t.Fatalf("%s: stale engine entry %#x", s.key, e)

@@ -147,9 +147,9 @@ func (o *Op) check(blockSize int) error {
 			if len(o.Seqs) != len(o.Hashes) || len(o.Depths) != len(o.Hashes) {
 				return fmt.Errorf("%w: %d hashes, %d seqs, %d depths", ErrInvalidOp, len(o.Hashes), len(o.Seqs), len(o.Depths))
 			}
-			for _, d := range o.Depths {
-				if d > maxDepth {
-					return fmt.Errorf("%w: depth %d beyond %d", ErrInvalidOp, d, maxDepth)
+			for i, d := range o.Depths {
+				if d > maxDepth || o.Seqs[i] == 0 {
+					return fmt.Errorf("%w: block %d: identity %#x at depth %d", ErrInvalidOp, i, o.Seqs[i], d)
 				}
 			}
 		default:

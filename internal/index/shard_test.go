@@ -15,7 +15,7 @@ func TestShardTable(t *testing.T) {
 		name string
 		key  func(r *rand.Rand) uint64
 	}{
-		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64() &^ (63 << 58) }},
+		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64() | 1 }},
 		{"one home", func(r *rand.Rand) uint64 { return r.Uint64()&(0xFFFF<<32) | 5 }},
 		{"wrapping homes", func(r *rand.Rand) uint64 { return r.Uint64()&(0xFFFF<<32) | uint64(0xFFFFFFF0|r.IntN(16)) }},
 	}
@@ -23,7 +23,7 @@ func TestShardTable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(7, 7))
 			var sh shard
-			present := make(map[uint64]uint32)
+			present := make(map[uint64]bool)
 			var keys []uint64
 			for i := range 4000 {
 				if len(keys) > 0 && r.IntN(5) < 2 {
@@ -31,34 +31,41 @@ func TestShardTable(t *testing.T) {
 					k := keys[j]
 					keys[j] = keys[len(keys)-1]
 					keys = keys[:len(keys)-1]
-					slot, ok := sh.find(k)
-					if !ok || slot != present[k] {
-						t.Fatalf("step %d: find(%#x) = %d %v, want %d", i, k, slot, ok, present[k])
+					pos, ok := sh.find(k)
+					if !ok || sh.tab[pos].seq != k {
+						t.Fatalf("step %d: find(%#x) = %d %v", i, k, pos, ok)
 					}
-					sh.nodes[slot].h0 = 0
-					sh.freeNode(slot)
+					sh.freeNode(pos)
 					delete(present, k)
 				} else {
 					k := c.key(r)
-					if _, ok := present[k]; ok {
+					if present[k] {
 						continue
 					}
-					slot := sh.newNode(k, 0, 0, 0)
-					sh.nodes[slot].h0 = 1
-					present[k] = slot
+					pos := sh.newNode(k, 0, 0, 0)
+					if sh.tab[pos].seq != k {
+						t.Fatalf("newNode put %#x elsewhere", k)
+					}
+					present[k] = true
 					keys = append(keys, k)
 				}
 				if i%97 == 0 || i > 3900 {
-					for k, slot := range present {
-						if got, ok := sh.find(k); !ok || got != slot {
-							t.Fatalf("step %d: find(%#x) = %d %v, want %d", i, k, got, ok, slot)
+					for k := range present {
+						if pos, ok := sh.find(k); !ok || sh.tab[pos].seq != k {
+							t.Fatalf("step %d: find(%#x) = %d %v", i, k, pos, ok)
 						}
 					}
-					if _, ok := sh.find(c.key(r) ^ 1<<40); ok && len(present) == 0 {
-						t.Fatalf("found a key in an empty table")
+					used := 0
+					for _, n := range sh.tab {
+						if n.seq != 0 {
+							used++
+							if !present[n.seq] {
+								t.Fatalf("step %d: table keeps deleted %#x", i, n.seq)
+							}
+						}
 					}
-					if sh.live != len(present) {
-						t.Fatalf("live %d, want %d", sh.live, len(present))
+					if sh.live != len(present) || used != len(present) {
+						t.Fatalf("live %d, used %d, want %d", sh.live, used, len(present))
 					}
 				}
 			}
@@ -66,48 +73,60 @@ func TestShardTable(t *testing.T) {
 	}
 }
 
-// TestHolderSets grows and shrinks one node's holder set through the
-// arena's size classes and compares it with a sorted slice.
+// TestHolderSets grows and shrinks two nodes' holder sets through every
+// representation (inline, sparse blocks of each size class, dense) and
+// compares them with sorted slices.
 func TestHolderSets(t *testing.T) {
-	for _, max := range []int{2, 9, 300} {
-		t.Run(fmt.Sprint(max), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(uint64(max), 1))
+	for _, ids := range []int{2, 3, 9, 300, 2000} {
+		t.Run(fmt.Sprint(ids), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(ids), 1))
 			var sh shard
-			slot := sh.newNode(42, 0, 0, 0)
-			other := sh.newNode(43, 0, 0, 0) // shares the arena
-			var want, wantOther []uint32
-			for step := range 5000 {
-				target, list := slot, &want
-				if r.IntN(3) == 0 {
-					target, list = other, &wantOther
+			sh.newNode(42, 0, 0, 0)
+			sh.newNode(43, 0, 0, 0) // shares the arena
+			want := map[uint64][]uint32{}
+			dense := false
+			steps := 8000
+			for step := range steps {
+				seq := uint64(42 + r.IntN(2))
+				pos, _ := sh.find(seq)
+				n := &sh.tab[pos]
+				list := want[seq]
+				id := uint32(r.IntN(ids))
+				// Grow for the first half, then shrink.
+				add := r.IntN(4) > 0 == (step < steps/2)
+				j, has := search(list, id)
+				w, ok := sh.getHolder(n, id)
+				if ok != has || (has && w != list[j]) {
+					t.Fatalf("step %d: getHolder(%d) = %#x %v, want %v", step, id, w, ok, has)
 				}
-				n := &sh.nodes[target]
-				id := uint32(r.IntN(max))
-				i, found := sh.findHolder(n, id)
-				j, wfound := slices.BinarySearch(*list, id<<idShift|1)
-				if found != wfound || (found && i != j) {
-					t.Fatalf("step %d: findHolder(%d) = %d %v, want %d %v", step, id, i, found, j, wfound)
-				}
-				if found {
-					sh.deleteHolder(n, i)
-					*list = slices.Delete(*list, j, j+1)
-				} else {
-					sh.insertHolder(n, i, id<<idShift|1)
-					*list = slices.Insert(*list, j, id<<idShift|1)
-				}
-				for _, c := range []struct {
-					slot uint32
-					want []uint32
-				}{{slot, want}, {other, wantOther}} {
-					n := &sh.nodes[c.slot]
-					got := make([]uint32, sh.holderCount(n))
-					for k := range got {
-						got[k] = sh.holder(n, k)
+				switch {
+				case add:
+					w := id<<idShift | uint32(1+r.IntN(tierMask))
+					sh.putHolder(n, w)
+					if has {
+						list[j] = w
+					} else {
+						want[seq] = slices.Insert(list, j, w)
 					}
-					if !slices.Equal(got, c.want) {
-						t.Fatalf("step %d: holders %v, want %v", step, got, c.want)
-					}
+				case has:
+					sh.delHolder(n, id)
+					want[seq] = slices.Delete(list, j, j+1)
 				}
+				for _, s := range []uint64{42, 43} {
+					pos, _ := sh.find(s)
+					n := &sh.tab[pos]
+					got := sh.appendHolders(nil, n)
+					if !slices.Equal(got, want[s]) || sh.holderCount(n) != len(got) {
+						t.Fatalf("step %d: holders of %d %v (count %d), want %v", step, s, got, sh.holderCount(n), want[s])
+					}
+					if (n.meta&metaMore != 0) != (len(got) > 2) {
+						t.Fatalf("step %d: %d holders, arena flag %v", step, len(got), n.meta&metaMore != 0)
+					}
+					dense = dense || sh.isDense(n)
+				}
+			}
+			if ids >= 300 && !dense {
+				t.Fatalf("never turned dense")
 			}
 		})
 	}

@@ -74,10 +74,10 @@ type source struct {
 	mu  sync.Mutex
 	id  uint32
 	key Source
-	// engine maps the source's engine hashes to the nodes it stored them
-	// at. An entry may be stale (the evictor removed the holder and has
-	// not cleaned up yet): readers verify against the node.
-	engine map[uint64]ref
+	// engine maps the source's engine hashes to the identities it stored
+	// them at. An entry may be stale (the evictor removed the holder and
+	// has not cleaned up yet): readers verify against the node.
+	engine map[uint64]uint64
 	held   atomic.Int64 // nodes this source holds, on any tier
 	gone   bool         // removed; an Apply that raced with removal re-resolves
 }
@@ -129,7 +129,7 @@ func (r *registry) resolve(key Source) (*source, error) {
 			return nil, fmt.Errorf("%w: more than %d sources", ErrSource, maxSourceID+1)
 		}
 	}
-	s := &source{id: id, key: key, engine: make(map[uint64]ref)}
+	s := &source{id: id, key: key, engine: make(map[uint64]uint64)}
 	byID := make([]*source, max(len(old), int(id)+1))
 	copy(byID, old)
 	byID[id] = s

@@ -1,0 +1,420 @@
+package index
+
+import "math/bits"
+
+// A node's holders are kept one of three ways, by size:
+//   - inline: up to two holder words in the node itself;
+//   - sparse: a block of holder words in the shard's arena, sorted by id;
+//   - dense: a block of 4-bit tier masks indexed by source id, once a nibble
+//     per possible source costs less than a word per holder. A block shared
+//     by every source then costs half a byte per source, inserts and removals
+//     are O(1), and Match compares holder sets a machine word at a time.
+//
+// Holder words are id<<idShift | altBit | tiers. Dense blocks keep no alt
+// bit: for them the alt map alone says which holders disagree.
+//
+// Arena blocks are [count, kind|class, payload...] with room for 2<<class
+// payload words; offset 0 is never a block.
+const (
+	arenaClasses = 27
+	denseKind    = 1 << 31
+	denseAt      = 64 // a sparse set this large turns dense if that is smaller
+	sparseAt     = 32 // a dense set this small turns sparse
+	nibbles      = 8  // tier masks per dense payload word
+)
+
+func classCap(c uint32) uint32 { return 2 << c }
+
+// classFor returns the smallest class with room for n words.
+func classFor(n uint32) uint32 {
+	c := uint32(0)
+	for classCap(c) < n {
+		c++
+	}
+	return c
+}
+
+func (sh *shard) alloc(class uint32) uint32 {
+	if n := len(sh.afree[class]); n > 0 {
+		off := sh.afree[class][n-1]
+		sh.afree[class] = sh.afree[class][:n-1]
+		sh.arena[off+1] = class
+		return off
+	}
+	if len(sh.arena) == 0 {
+		sh.arena = append(sh.arena, 0) // offset 0 is never a block
+	}
+	off := uint32(len(sh.arena))
+	need := 2 + int(classCap(class))
+	sh.arena = append(sh.arena, make([]uint32, need)...)
+	sh.arena[off+1] = class
+	return off
+}
+
+func (sh *shard) release(off uint32) {
+	class := sh.arena[off+1] &^ denseKind
+	sh.arena[off] = 0
+	sh.afree[class] = append(sh.afree[class], off)
+}
+
+func (sh *shard) isDense(n *node) bool {
+	return n.meta&metaMore != 0 && sh.arena[n.h0+1]&denseKind != 0
+}
+
+func (sh *shard) sparseWords(n *node) []uint32 {
+	return sh.arena[n.h0+2 : n.h0+2+sh.arena[n.h0]]
+}
+
+func (sh *shard) denseWords(n *node) []uint32 {
+	return sh.arena[n.h0+2 : n.h0+2+classCap(sh.arena[n.h0+1]&^denseKind)]
+}
+
+// holderCount returns how many sources hold n.
+func (sh *shard) holderCount(n *node) int {
+	switch {
+	case n.meta&metaMore != 0:
+		return int(sh.arena[n.h0])
+	case n.h1 != 0:
+		return 2
+	case n.h0 != 0:
+		return 1
+	}
+	return 0
+}
+
+// search finds source id in sorted holder words.
+func search(ws []uint32, id uint32) (int, bool) {
+	lo, hi := 0, len(ws)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ws[m]>>idShift < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(ws) && ws[lo]>>idShift == id
+}
+
+// denseWord rebuilds a dense holder's word, alt bit included.
+func (sh *shard) denseWord(n *node, id, tiers uint32) uint32 {
+	w := id<<idShift | tiers
+	if n.meta&metaAlt != 0 {
+		if _, ok := sh.alt[altKey{n.seq, id}]; ok {
+			w |= altBit
+		}
+	}
+	return w
+}
+
+// getHolder returns source id's holder word.
+func (sh *shard) getHolder(n *node, id uint32) (uint32, bool) {
+	switch {
+	case n.meta&metaMore == 0:
+		for _, w := range [2]uint32{n.h0, n.h1} {
+			if w != 0 && w>>idShift == id {
+				return w, true
+			}
+		}
+		return 0, false
+	case sh.isDense(n):
+		ws := sh.denseWords(n)
+		if int(id/nibbles) >= len(ws) {
+			return 0, false
+		}
+		if m := ws[id/nibbles] >> (4 * (id % nibbles)) & tierMask; m != 0 {
+			return sh.denseWord(n, id, m), true
+		}
+		return 0, false
+	}
+	ws := sh.sparseWords(n)
+	if i, ok := search(ws, id); ok {
+		return ws[i], true
+	}
+	return 0, false
+}
+
+// putHolder inserts w, or replaces the word of w's source.
+func (sh *shard) putHolder(n *node, w uint32) {
+	id := w >> idShift
+	if n.meta&metaMore == 0 {
+		switch {
+		case n.h0 == 0 || n.h0>>idShift == id:
+			n.h0 = w
+		case n.h1 == 0 && id < n.h0>>idShift:
+			n.h0, n.h1 = w, n.h0
+		case n.h1 == 0 || n.h1>>idShift == id:
+			n.h1 = w
+		default: // a third holder: to a sparse block
+			ws := [3]uint32{n.h0, n.h1, w}
+			for i := 2; i > 0 && ws[i]>>idShift < ws[i-1]>>idShift; i-- {
+				ws[i], ws[i-1] = ws[i-1], ws[i]
+			}
+			off := sh.alloc(1)
+			sh.arena[off] = 3
+			copy(sh.arena[off+2:], ws[:])
+			n.h0, n.h1 = off, 0
+			n.meta |= metaMore
+		}
+		return
+	}
+	if sh.isDense(n) {
+		sh.putDense(n, id, w&tierMask)
+		return
+	}
+	ws := sh.sparseWords(n)
+	i, ok := search(ws, id)
+	if ok {
+		ws[i] = w
+		return
+	}
+	l := uint32(len(ws))
+	if l+1 >= denseAt {
+		span := max(id, ws[l-1]>>idShift) + 1
+		if (span+nibbles-1)/nibbles <= l+1 {
+			sh.toDense(n)
+			sh.putDense(n, id, w&tierMask)
+			return
+		}
+	}
+	if class := sh.arena[n.h0+1]; l == classCap(class) {
+		off := sh.alloc(class + 1)
+		old := sh.sparseWords(n)
+		dst := sh.arena[off+2 : off+2+l+1]
+		copy(dst, old[:i])
+		dst[i] = w
+		copy(dst[i+1:], old[i:])
+		sh.arena[off] = l + 1
+		sh.release(n.h0)
+		n.h0 = off
+		return
+	}
+	base := int(n.h0) + 2
+	copy(sh.arena[base+i+1:base+int(l)+1], sh.arena[base+i:base+int(l)])
+	sh.arena[base+i] = w
+	sh.arena[n.h0] = l + 1
+}
+
+func (sh *shard) putDense(n *node, id, tiers uint32) {
+	if id/nibbles >= classCap(sh.arena[n.h0+1]&^denseKind) {
+		old := sh.denseWords(n)
+		off := sh.alloc(classFor(id/nibbles + 1))
+		sh.arena[off+1] |= denseKind
+		sh.arena[off] = sh.arena[n.h0]
+		payload := sh.arena[off+2 : off+2+classCap(sh.arena[off+1]&^denseKind)]
+		clear(payload[copy(payload, old):])
+		sh.release(n.h0)
+		n.h0 = off
+	}
+	k := n.h0 + 2 + id/nibbles
+	shift := 4 * (id % nibbles)
+	if sh.arena[k]>>shift&tierMask == 0 {
+		sh.arena[n.h0]++
+	}
+	sh.arena[k] = sh.arena[k]&^(tierMask<<shift) | tiers<<shift
+}
+
+// toDense turns n's sparse block dense.
+func (sh *shard) toDense(n *node) {
+	ws := sh.sparseWords(n)
+	words := ws[len(ws)-1]>>idShift/nibbles + 1
+	off := sh.alloc(classFor(words))
+	sh.arena[off+1] |= denseKind
+	sh.arena[off] = uint32(len(ws))
+	payload := sh.arena[off+2 : off+2+classCap(sh.arena[off+1]&^denseKind)]
+	clear(payload)
+	for _, w := range ws {
+		id := w >> idShift
+		payload[id/nibbles] |= w & tierMask << (4 * (id % nibbles))
+	}
+	sh.release(n.h0)
+	n.h0 = off
+}
+
+// toSparse turns n's dense block sparse, or inline.
+func (sh *shard) toSparse(n *node) {
+	ws := sh.appendHolders(sh.tmp[:0], n)
+	sh.tmp = ws
+	old := n.h0
+	if len(ws) <= 2 {
+		n.h0, n.h1 = ws[0], 0
+		if len(ws) == 2 {
+			n.h1 = ws[1]
+		}
+		n.meta &^= metaMore
+	} else {
+		off := sh.alloc(classFor(uint32(len(ws))))
+		sh.arena[off] = uint32(len(ws))
+		copy(sh.arena[off+2:], ws)
+		n.h0 = off
+	}
+	sh.release(old)
+}
+
+// delHolder removes source id's holder.
+func (sh *shard) delHolder(n *node, id uint32) {
+	if n.meta&metaMore == 0 {
+		switch {
+		case n.h0 != 0 && n.h0>>idShift == id:
+			n.h0, n.h1 = n.h1, 0
+		case n.h1 != 0 && n.h1>>idShift == id:
+			n.h1 = 0
+		}
+		return
+	}
+	if sh.isDense(n) {
+		ws := sh.denseWords(n)
+		if int(id/nibbles) >= len(ws) {
+			return
+		}
+		k, shift := id/nibbles, 4*(id%nibbles)
+		if ws[k]>>shift&tierMask == 0 {
+			return
+		}
+		ws[k] &^= tierMask << shift
+		if sh.arena[n.h0]--; sh.arena[n.h0] < sparseAt {
+			sh.toSparse(n)
+		}
+		return
+	}
+	ws := sh.sparseWords(n)
+	i, ok := search(ws, id)
+	if !ok {
+		return
+	}
+	l := uint32(len(ws)) - 1
+	copy(ws[i:], ws[i+1:])
+	ws = ws[:l]
+	switch class := sh.arena[n.h0+1]; {
+	case l == 2:
+		off := n.h0
+		n.h0, n.h1 = ws[0], ws[1]
+		n.meta &^= metaMore
+		sh.release(off)
+	case class > 1 && l <= classCap(class)/4:
+		off := sh.alloc(classFor(2 * l))
+		copy(sh.arena[off+2:], ws)
+		sh.arena[off] = l
+		sh.release(n.h0)
+		n.h0 = off
+	default:
+		sh.arena[n.h0] = l
+	}
+}
+
+// appendHolders appends n's holder words, sorted by source id.
+func (sh *shard) appendHolders(dst []uint32, n *node) []uint32 {
+	switch {
+	case n.meta&metaMore == 0:
+		if n.h0 == 0 {
+			return dst
+		}
+		if n.h1 == 0 {
+			return append(dst, n.h0)
+		}
+		return append(dst, n.h0, n.h1)
+	case sh.isDense(n):
+		for k, nw := range sh.denseWords(n) {
+			for nw != 0 {
+				j := uint32(bits.TrailingZeros32(nw)) / 4
+				m := nw >> (4 * j) & tierMask
+				nw &^= tierMask << (4 * j)
+				dst = append(dst, sh.denseWord(n, uint32(k)*nibbles+j, m))
+			}
+		}
+		return dst
+	}
+	return append(dst, sh.sparseWords(n)...)
+}
+
+// appendRaw appends n's holders as stored, for Match: holder words, or for
+// a dense set its tier-mask words (dense true).
+func (sh *shard) appendRaw(dst []uint32, n *node) ([]uint32, bool) {
+	if sh.isDense(n) {
+		return append(dst, sh.denseWords(n)...), true
+	}
+	return sh.appendHolders(dst, n), false
+}
+
+// engineOf returns the engine hash that holder word w of n recorded.
+func (sh *shard) engineOf(n *node, w uint32) uint64 {
+	if w&altBit != 0 {
+		return sh.alt[altKey{n.seq, w >> idShift}]
+	}
+	return n.engine
+}
+
+// holds returns the position of the node seq and source id's holder word,
+// if id holds it under engine hash e.
+func (sh *shard) holds(seq uint64, id uint32, e uint64) (pos int, w uint32, ok bool) {
+	pos, ok = sh.find(seq)
+	if !ok {
+		return 0, 0, false
+	}
+	n := &sh.tab[pos]
+	w, ok = sh.getHolder(n, id)
+	if !ok || sh.engineOf(n, w) != e {
+		return 0, 0, false
+	}
+	return pos, w, true
+}
+
+// setEngine records e as the engine hash of holder word w of n and stores
+// the word.
+func (sh *shard) setEngine(n *node, w uint32, e uint64) {
+	k := altKey{n.seq, w >> idShift}
+	if e == n.engine {
+		if w&altBit != 0 {
+			delete(sh.alt, k)
+			w &^= altBit
+		}
+	} else {
+		if sh.alt == nil {
+			sh.alt = make(map[altKey]uint64)
+		}
+		sh.alt[k] = e
+		w |= altBit
+		n.meta |= metaAlt
+	}
+	sh.putHolder(n, w)
+}
+
+// disagree appends the ids of n's holders, other than id, whose engine hash
+// is not e.
+func (sh *shard) disagree(dst []uint32, n *node, id uint32, e uint64) []uint32 {
+	if e == n.engine && n.meta&metaAlt == 0 {
+		return dst // every holder agrees with node.engine
+	}
+	sh.tmp = sh.appendHolders(sh.tmp[:0], n)
+	for _, w := range sh.tmp {
+		if w>>idShift != id && sh.engineOf(n, w) != e {
+			dst = append(dst, w>>idShift)
+		}
+	}
+	return dst
+}
+
+// unhold clears tiers of holder word w of the node at pos and frees what
+// nobody holds. It reports whether the holder is gone and whether the node is.
+func (sh *shard) unhold(pos int, w, tiers uint32) (holderGone, nodeGone bool) {
+	n := &sh.tab[pos]
+	if w&tiers&tierMask == 0 {
+		return false, false
+	}
+	if w&^tiers&tierMask != 0 {
+		sh.putHolder(n, w&^tiers)
+		return false, false
+	}
+	if w&altBit != 0 {
+		delete(sh.alt, altKey{n.seq, w >> idShift})
+	}
+	sh.delHolder(n, w>>idShift)
+	if sh.holderCount(n) > 0 {
+		return true, false
+	}
+	if n.meta&metaMore != 0 {
+		sh.release(n.h0)
+	}
+	sh.freeNode(pos)
+	return true, true
+}

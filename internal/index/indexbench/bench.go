@@ -1,0 +1,114 @@
+package indexbench
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"time"
+
+	"kvrouter/internal/index"
+)
+
+// Result is what one run measured. The JSON keys are the report's wire
+// names.
+type Result struct {
+	ApplyBlocksPerS     float64 `json:"apply_blocks_per_s"`
+	MatchP50us          float64 `json:"match_p50_us"`
+	MatchP99us          float64 `json:"match_p99_us"`
+	MatchP50usAll       float64 `json:"match_p50_us_all_sources"`
+	MatchP99usAll       float64 `json:"match_p99_us_all_sources"`
+	BytesPerBlockSource float64 `json:"bytes_per_block_source"`
+	Sources             int     `json:"sources"`
+	Blocks              int     `json:"blocks"`
+	Pairs               int     `json:"pairs"`
+	BlockEvents         int     `json:"block_events"`
+	HeapBytes           uint64  `json:"heap_bytes"`
+	Matches             int     `json:"matches"`
+}
+
+// Run generates the workload, builds the index on one goroutine timing it,
+// weighs the heap it added, then times matches one by one: conversation
+// prompts (at most 16 sources share a prefix) and hot prompts (every
+// source holds a prefix). Matches ask for chains, as hint building does.
+func Run(cfg Config, matches int) (Result, error) {
+	w, err := Generate(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	ix, err := index.New(index.Config{BlockSize: 16})
+	if err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	if err := w.Apply(ix); err != nil {
+		return Result{}, err
+	}
+	applyDur := time.Since(start)
+
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(w)
+
+	st := ix.Stats()
+	res := Result{
+		ApplyBlocksPerS: float64(w.BlockEvents) / applyDur.Seconds(),
+		Sources:         st.Sources,
+		Blocks:          st.Blocks,
+		Pairs:           st.Pairs,
+		BlockEvents:     w.BlockEvents,
+		Matches:         matches,
+	}
+	if after.HeapAlloc > before.HeapAlloc {
+		res.HeapBytes = after.HeapAlloc - before.HeapAlloc
+	}
+	if st.Pairs > 0 {
+		res.BytesPerBlockSource = float64(res.HeapBytes) / float64(st.Pairs)
+	}
+
+	r := rand.New(rand.NewPCG(cfg.Seed, 99))
+	res.MatchP50us, res.MatchP99us = timeMatches(ix, w.Convs, matches, r)
+	res.MatchP50usAll, res.MatchP99usAll = timeMatches(ix, w.Hot, max(matches/10, 1), r)
+	runtime.KeepAlive(ix)
+	return res, nil
+}
+
+// timeMatches times n matches of random prompts and returns p50 and p99 in
+// microseconds.
+func timeMatches(ix *index.Index, prompts [][]uint64, n int, r *rand.Rand) (p50, p99 float64) {
+	if len(prompts) == 0 || n <= 0 {
+		return 0, 0
+	}
+	durs := make([]time.Duration, n)
+	var out []index.Match
+	opts := index.MatchOptions{Chains: true}
+	for i := range durs {
+		q := prompts[r.IntN(len(prompts))]
+		start := time.Now()
+		out = ix.AppendMatch(out[:0], q, opts)
+		durs[i] = time.Since(start)
+	}
+	slices.Sort(durs)
+	at := func(p float64) float64 {
+		return float64(durs[min(int(p*float64(n)), n-1)]) / float64(time.Microsecond)
+	}
+	return at(0.50), at(0.99)
+}
+
+// WriteTable prints a result for people.
+func (r Result) WriteTable(out io.Writer) error {
+	_, err := fmt.Fprintf(out, `index benchmark: %d sources, %d blocks, %d (block, source) pairs
+  apply               %12.0f block events/s  (%d events, one writer)
+  match, <=16 sharing %9.1f µs p50 %9.1f µs p99
+  match, all sharing  %9.1f µs p50 %9.1f µs p99
+  memory              %12.1f bytes per (block, source) pair  (%d MiB heap)
+`, r.Sources, r.Blocks, r.Pairs, r.ApplyBlocksPerS, r.BlockEvents,
+		r.MatchP50us, r.MatchP99us, r.MatchP50usAll, r.MatchP99usAll,
+		r.BytesPerBlockSource, r.HeapBytes>>20)
+	return err
+}
