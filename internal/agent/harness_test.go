@@ -195,26 +195,31 @@ func newHarness(t *testing.T, engine workerconfig.Engine, config string) *harnes
 
 func (h *harness) name(n string, s index.Source) { h.alias[s], h.byName[n] = n, s }
 
-// ev builds an engine event on blocks of the harness tree: kind is
-// "store", "remove" or "clear"; runner events are runner-owned (SGLang
-// reports them as EXTERNAL, vLLM as ownership kvcr on the host tier).
+// ev builds an engine event on blocks of the harness tree.
 func (h *harness) ev(kind string, runner bool, names ...string) kvevents.Event {
+	return h.tr.event(h.enc.Format == kvevents.VLLMMap, kind, runner, names...)
+}
+
+// event builds an engine event on blocks of the tree: kind is "store",
+// "remove" or "clear"; runner events are runner-owned (SGLang reports them
+// as EXTERNAL, vLLM as ownership kvcr on the host tier).
+func (t *tree) event(vllm bool, kind string, runner bool, names ...string) kvevents.Event {
 	ev := kvevents.Event{Tier: kvevents.TierDevice}
 	if runner {
 		ev.Ownership, ev.Tier = kvevents.OwnedByRunner, kvevents.TierExternal
-		if h.enc.Format == kvevents.VLLMMap {
+		if vllm {
 			ev.Tier = kvevents.TierHost
 		}
 	}
 	switch kind {
 	case "store":
-		op := h.tr.storeOp(ev.Tier, names...)
-		ev.Kind, ev.BlockHashes, ev.ParentHash, ev.HasParent, ev.BlockSize = kvevents.KindStored, op.Hashes, op.Parent, op.HasParent, h.tr.bs
+		op := t.storeOp(ev.Tier, names...)
+		ev.Kind, ev.BlockHashes, ev.ParentHash, ev.HasParent, ev.BlockSize = kvevents.KindStored, op.Hashes, op.Parent, op.HasParent, t.bs
 		for _, n := range names {
-			ev.TokenIDs = append(ev.TokenIDs, h.tr.tokens[n]...)
+			ev.TokenIDs = append(ev.TokenIDs, t.tokens[n]...)
 		}
 	case "remove":
-		ev.Kind, ev.BlockHashes = kvevents.KindRemoved, h.tr.removeOp(ev.Tier, names...).Hashes
+		ev.Kind, ev.BlockHashes = kvevents.KindRemoved, t.removeOp(ev.Tier, names...).Hashes
 	case "clear":
 		ev.Kind, ev.Tier = kvevents.KindCleared, 0
 	}

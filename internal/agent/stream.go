@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"kvrouter/internal/kvstream"
+	"kvrouter/internal/workerconfig"
+)
+
+// input is one thing for the core to handle: an item of a DP rank's
+// stream, or a change of the engine's health.
+type input struct {
+	dp     int
+	item   kvstream.Item
+	health *bool
+}
+
+// relay starts one subscriber per DP rank, the engine probe, and the core
+// loop that serialises their inputs. Everything stops when ctx ends; a
+// subscriber that cannot bind its endpoint is reported on errs.
+func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *workerconfig.Descriptor, errs chan<- error) error {
+	in := make(chan input, 1024)
+	for _, ev := range d.Events {
+		cfg := kvstream.Config{
+			Endpoint: ev.Dial, Bind: !ev.PublisherBinds, Topic: ev.Topic,
+			Backoff: a.cfg.Backoff, Logger: a.log.With("dp_rank", ev.DPRank),
+		}
+		if ev.ReplayDial != "" {
+			if cfg.Bind {
+				replay := ev.ReplayDial
+				cfg.ReplayFor = func(string) string { return replay }
+			} else {
+				cfg.ReplayEndpoint = ev.ReplayDial
+			}
+		}
+		sub, err := kvstream.NewSubscriber(cfg)
+		if err != nil {
+			return fmt.Errorf("agent: KV events of DP rank %d (kv_events_config, --advertise-host): %w", ev.DPRank, err)
+		}
+		a.subs = append(a.subs, sub)
+		out := make(chan kvstream.Item, 256)
+		wg.Add(2)
+		go func(dp int) {
+			defer wg.Done()
+			if err := sub.Run(ctx, out); err != nil {
+				errs <- fmt.Errorf("agent: KV events of DP rank %d at %s: %w", dp, cfg.Endpoint, err)
+			}
+		}(ev.DPRank)
+		go func(dp int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case it := <-out:
+					select {
+					case in <- input{dp: dp, item: it}:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}(ev.DPRank)
+		a.log.Info("agent: relaying KV events", "dp_rank", ev.DPRank, "endpoint", cfg.Endpoint, "bind", cfg.Bind,
+			"replay", ev.ReplayDial, "topic", ev.Topic)
+	}
+	if a.cfg.EngineGrace > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.probeEngine(ctx, in)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case x := <-in:
+				if x.health != nil {
+					core.SetEngineUp(*x.health)
+				} else {
+					core.Handle(x.dp, x.item)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// probeEngine polls the engine's health endpoint. zmq4 has no heartbeats:
+// an engine host that vanishes without closing its connections leaves the
+// event stream silent, not broken, so only the HTTP front can tell.
+func (a *Agent) probeEngine(ctx context.Context, in chan<- input) {
+	every := min(max(a.cfg.EngineGrace/4, 100*time.Millisecond), 5*time.Second)
+	timeout := min(max(a.cfg.EngineGrace/2, 100*time.Millisecond), 5*time.Second)
+	u := a.cfg.EngineURL + PathHealth
+	l := liveness{grace: a.cfg.EngineGrace}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, up := l.observe(probe(ctx, a.cfg.HTTPClient, u, timeout), time.Now())
+		if !changed {
+			continue
+		}
+		if up {
+			a.log.Info("agent: engine healthy again; its sources become ready with its next event batch", "url", u)
+		} else {
+			a.log.Warn("agent: engine failed health checks for --engine-grace; withdrawing its inventory", "url", u, "grace", a.cfg.EngineGrace)
+		}
+		select {
+		case in <- input{health: &up}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
