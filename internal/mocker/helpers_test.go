@@ -161,3 +161,49 @@ func testCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// assertMetric checks that /metrics has the exact sample line.
+func assertMetric(t testing.TB, e *Engine, line string) {
+	t.Helper()
+	resp, err := http.Get(e.URL() + pathMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if l == line {
+			return
+		}
+	}
+	t.Fatalf("metrics lack %q:\n%s", line, body)
+}
+
+func jsonBody(t testing.TB, v any) io.Reader {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.NewReader(b)
+}
+
+func doJSON(t testing.TB, req *http.Request, out any) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: status %d", req.Method, req.URL, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,168 @@
+package mocker
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"kvrouter/internal/hints"
+	"kvrouter/internal/kvhash"
+)
+
+// sglangHint is the kv_hints envelope a router would attach: A's control
+// endpoint and A's engine block hashes of the prompt.
+func sglangHint(t testing.TB, endpoint string, tokens []uint32, blockSize int, salt string) json.RawMessage {
+	t.Helper()
+	return envelopeFor(endpoint, kvhash.SGLangPageHashes(tokens, blockSize, salt))
+}
+
+func envelopeFor(endpoint string, keys []uint64) json.RawMessage {
+	return hints.AppendEnvelope(nil, "test-message", hints.Hint{Endpoint: endpoint, BlockHashes: keys})
+}
+
+func peerBody(prompt string, hint json.RawMessage) map[string]any {
+	b := map[string]any{"prompt": prompt, "max_tokens": 24}
+	if hint != nil {
+		b["kv_hints"] = hint
+	}
+	return b
+}
+
+// TestPeerRestore is the acceptance path: a long prompt runs on A; B, told
+// by a hint where A's blocks are, pulls them over TCP, restores them, and
+// answers exactly as A did; once A has evicted them, a fresh B restores
+// nothing and still answers the same by recomputing.
+func TestPeerRestore(t *testing.T) {
+	a := startEngine(t, nil)
+	b := startEngine(t, nil)
+	prompt := longPrompt(t, a, "peer", 2000)
+	tokens := tokenize(t, a, prompt)
+	if len(tokens) < 2000 {
+		t.Fatalf("prompt has %d tokens", len(tokens))
+	}
+	full := len(tokens) / 64 * 64
+	hint := sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")
+
+	onA := complete(t, a, peerBody(prompt, nil))
+	if onA.Usage.PromptTokens != len(tokens) || onA.Usage.Details.CachedTokens != 0 || onA.Usage.KVRouter.SourceEndpoint != nil {
+		t.Fatalf("cold run on A: %+v", onA.Usage)
+	}
+
+	onB := complete(t, b, peerBody(prompt, hint))
+	u := onB.Usage
+	if u.KVRouter.PeerRestoredTokens < 1984 || u.KVRouter.PeerRestoredTokens != full {
+		t.Fatalf("B restored %d tokens from A, want %d", u.KVRouter.PeerRestoredTokens, full)
+	}
+	if u.KVRouter.SourceEndpoint == nil || *u.KVRouter.SourceEndpoint != a.ControlEndpoint(0) {
+		t.Fatalf("source endpoint %v, want %s", u.KVRouter.SourceEndpoint, a.ControlEndpoint(0))
+	}
+	if u.Details.CachedTokens != full || u.KVRouter.LocalCachedTokens != 0 {
+		t.Fatalf("cached %d local %d", u.Details.CachedTokens, u.KVRouter.LocalCachedTokens)
+	}
+	if onB.text() != onA.text() || onB.text() == "" {
+		t.Fatalf("B answered %q, A %q", onB.text(), onA.text())
+	}
+
+	// A second request on B finds the blocks in its own GPU cache.
+	again := complete(t, b, peerBody(prompt, hint))
+	if again.Usage.KVRouter.PeerRestoredTokens != 0 || again.Usage.KVRouter.LocalCachedTokens != full || again.text() != onA.text() {
+		t.Fatalf("repeat on B: %+v %q", again.Usage, again.text())
+	}
+
+	var ev evictResponse
+	if code := post(t, a.URL()+pathAdminEvict, map[string]any{"tier": "all", "prompt": prompt}, &ev); code != http.StatusOK {
+		t.Fatalf("evict: status %d", code)
+	}
+	if ev.GPU != full/64 || ev.Runner != full/64 {
+		t.Fatalf("evicted %+v, want %d blocks from each tier", ev, full/64)
+	}
+	fresh := startEngine(t, nil)
+	after := complete(t, fresh, peerBody(prompt, hint))
+	if after.Usage.KVRouter.PeerRestoredTokens != 0 || after.Usage.KVRouter.SourceEndpoint != nil {
+		t.Fatalf("restored %d tokens from an evicted peer", after.Usage.KVRouter.PeerRestoredTokens)
+	}
+	if after.text() != onA.text() {
+		t.Fatalf("recomputed answer %q differs from %q", after.text(), onA.text())
+	}
+	assertMetric(t, fresh, metricHintOutcomes+`{outcome="failed"} 1`)
+	assertMetric(t, b, metricPeerTokens+`{dp_rank="0"} `+itoa(full))
+}
+
+// TestPeerBytesDecideOutput: a peer whose model seed differs holds other
+// bytes for the same blocks; restoring them changes the answer, which
+// proves the output depends on the bytes actually restored.
+func TestPeerBytesDecideOutput(t *testing.T) {
+	a := startEngine(t, func(c *Config) { c.ModelSeed = 1 })
+	b := startEngine(t, func(c *Config) { c.ModelSeed = 2 })
+	prompt := longPrompt(t, a, "seeds", 300)
+	tokens := tokenize(t, a, prompt)
+	onA := complete(t, a, peerBody(prompt, nil))
+
+	own := startEngine(t, func(c *Config) { c.ModelSeed = 2 })
+	onOwn := complete(t, own, peerBody(prompt, nil))
+	if onOwn.text() == onA.text() {
+		t.Fatal("different model seeds gave the same answer")
+	}
+	onB := complete(t, b, peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
+	if onB.Usage.KVRouter.PeerRestoredTokens != len(tokens)/64*64 {
+		t.Fatalf("restored %d tokens", onB.Usage.KVRouter.PeerRestoredTokens)
+	}
+	if onB.text() != onA.text() || onB.text() == onOwn.text() {
+		t.Fatalf("with A's bytes B answered %q; A %q, B's own weights %q", onB.text(), onA.text(), onOwn.text())
+	}
+}
+
+// TestPeerSaltIsolation: a hint built for another cache salt names blocks
+// the request does not have, so nothing is pulled.
+func TestPeerSaltIsolation(t *testing.T) {
+	a := startEngine(t, nil)
+	b := startEngine(t, nil)
+	prompt := longPrompt(t, a, "salt", 300)
+	tokens := tokenize(t, a, prompt)
+	body := peerBody(prompt, nil)
+	body["cache_salt"] = "tenant-a"
+	complete(t, a, body)
+
+	body["cache_salt"] = "tenant-b"
+	body["kv_hints"] = sglangHint(t, a.ControlEndpoint(0), tokens, 64, "tenant-a")
+	if got := complete(t, b, body); got.Usage.KVRouter.PeerRestoredTokens != 0 {
+		t.Fatalf("pulled %d tokens across salts", got.Usage.KVRouter.PeerRestoredTokens)
+	}
+	body["cache_salt"] = "tenant-a"
+	body["kv_hints"] = sglangHint(t, a.ControlEndpoint(0), tokens, 64, "tenant-a")
+	if got := complete(t, b, body); got.Usage.KVRouter.PeerRestoredTokens != len(tokens)/64*64 {
+		t.Fatalf("pulled %d tokens under the right salt", got.Usage.KVRouter.PeerRestoredTokens)
+	}
+}
+
+// TestPeerTP2: TP rank t of the target pulls its shard from the source's TP
+// rank t; the restore needs both.
+func TestPeerTP2(t *testing.T) {
+	tp2 := func(c *Config) { c.TP = 2 }
+	a := startEngine(t, tp2)
+	b := startEngine(t, tp2)
+	prompt := longPrompt(t, a, "tp2", 1000)
+	tokens := tokenize(t, a, prompt)
+	full := len(tokens) / 64 * 64
+	onA := complete(t, a, peerBody(prompt, nil))
+	onB := complete(t, b, peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
+	if onB.Usage.KVRouter.PeerRestoredTokens != full || onB.text() != onA.text() {
+		t.Fatalf("TP2 restore: %d tokens, %q vs %q", onB.Usage.KVRouter.PeerRestoredTokens, onB.text(), onA.text())
+	}
+	// TP splits bytes, it does not change them: a TP1 engine agrees.
+	one := startEngine(t, nil)
+	if got := complete(t, one, peerBody(prompt, nil)); got.text() != onA.text() {
+		t.Fatalf("TP1 answered %q, TP2 %q", got.text(), onA.text())
+	}
+	// With one shard of A gone, no block is whole: nothing is restored.
+	if code := post(t, a.URL()+pathAdminReset, map[string]any{}, nil); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	complete(t, a, peerBody(prompt, nil))
+	a.ranks[0].tier.runners[1].EvictAll()
+	c := startEngine(t, tp2)
+	got := complete(t, c, peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
+	if got.Usage.KVRouter.PeerRestoredTokens != 0 || got.text() != onA.text() {
+		t.Fatalf("half-held blocks restored %d tokens", got.Usage.KVRouter.PeerRestoredTokens)
+	}
+}
