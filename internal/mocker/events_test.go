@@ -288,3 +288,30 @@ func TestEventsVLLM(t *testing.T) {
 		t.Fatal("a vLLM engine read the SGLang placement")
 	}
 }
+
+// TestEventsConnect: with --kv-events-connect the engine dials a binding
+// subscriber (llm-d style) under the topic kv@<host>:<port>@<model>.
+func TestEventsConnect(t *testing.T) {
+	port := freePorts(t, 1)
+	s, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: "tcp://127.0.0.1:" + strconv.Itoa(port), Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	ch := make(chan kvstream.Item, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx, ch)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	sb := &sub{t: t, ch: ch, ctx: ctx}
+
+	e := startEngine(t, func(c *Config) { c.EventsConnect = "tcp://127.0.0.1:" + strconv.Itoa(port) })
+	warm(t, e, sb)
+	topic := "kv@127.0.0.1:" + strconv.Itoa(e.httpPort()) + "@" + DefaultModel
+	prompt := longPrompt(t, e, "connect", 200)
+	keys := kvhash.SGLangPageHashes(tokenize(t, e, prompt), 64, "")
+	complete(t, e, peerBody(prompt, nil))
+	sb.collectKeys(map[eventFilter][]uint64{{kind: kvevents.KindStored, tier: kvevents.TierDevice, topic: topic}: keys})
+}

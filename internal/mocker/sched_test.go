@@ -16,7 +16,7 @@ const testBS = 64
 var testVocab = newVocab(tokenizer.Default())
 
 // testShards is a rank's runner without peers: real runners, no sockets.
-func testShards(t *testing.T, tp, blocks int) *shards {
+func testShards(t testing.TB, tp, blocks int) *shards {
 	t.Helper()
 	s := &shards{shardBytes: testBS * DefaultKVBytesPerToken / tp}
 	for range tp {
