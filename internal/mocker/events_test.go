@@ -315,3 +315,25 @@ func TestEventsConnect(t *testing.T) {
 	complete(t, e, peerBody(prompt, nil))
 	sb.collectKeys(map[eventFilter][]uint64{{kind: kvevents.KindStored, tier: kvevents.TierDevice, topic: topic}: keys})
 }
+
+// TestEventsSGLangArray: the older positional form carries the cache salt
+// and marks runner-owned blocks with medium EXTERNAL.
+func TestEventsSGLangArray(t *testing.T) {
+	e := startEngine(t, func(c *Config) { c.EventFormat = FormatArray })
+	s := subscribe(t, e.EventEndpoint(0))
+	warm(t, e, s)
+	prompt := longPrompt(t, e, "array", 200)
+	keys := kvhash.SGLangPageHashes(tokenize(t, e, prompt), 64, "tenant-a")
+	body := peerBody(prompt, nil)
+	body["cache_salt"] = "tenant-a"
+	complete(t, e, body)
+	gpu := eventFilter{kind: kvevents.KindStored, tier: kvevents.TierDevice}
+	ext := eventFilter{kind: kvevents.KindStored, tier: kvevents.TierExternal, owner: kvevents.OwnedByRunner}
+	for _, r := range s.collectKeys(map[eventFilter][]uint64{gpu: keys, ext: keys}) {
+		for _, ev := range r.batch.Events {
+			if ev.Kind == kvevents.KindStored && ev.CacheSalt != "tenant-a" {
+				t.Fatalf("stored event without its salt: %+v", ev)
+			}
+		}
+	}
+}

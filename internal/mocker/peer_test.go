@@ -166,3 +166,32 @@ func TestPeerTP2(t *testing.T) {
 		t.Fatalf("half-held blocks restored %d tokens", got.Usage.KVRouter.PeerRestoredTokens)
 	}
 }
+
+// TestPeerSecret: peers sharing --runner-secret pull; a target without it
+// is refused by the source and recomputes, answering the same.
+func TestPeerSecret(t *testing.T) {
+	secret := func(c *Config) { c.RunnerSecret = "s3cret" }
+	a := startEngine(t, secret)
+	prompt := longPrompt(t, a, "secret", 300)
+	tokens := tokenize(t, a, prompt)
+	hint := sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")
+	onA := complete(t, a, peerBody(prompt, nil))
+	cases := []struct {
+		name     string
+		mut      func(*Config)
+		restored int
+	}{
+		{"shared secret", secret, len(tokens) / 64 * 64},
+		{"no secret", nil, 0},
+		{"other secret", func(c *Config) { c.RunnerSecret = "other" }, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := startEngine(t, c.mut)
+			got := complete(t, b, peerBody(prompt, hint))
+			if got.Usage.KVRouter.PeerRestoredTokens != c.restored || got.text() != onA.text() {
+				t.Fatalf("restored %d tokens, want %d; %q vs %q", got.Usage.KVRouter.PeerRestoredTokens, c.restored, got.text(), onA.text())
+			}
+		})
+	}
+}
