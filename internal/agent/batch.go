@@ -48,6 +48,12 @@ func (c *Core) plan(r *rank, b kvevents.Batch, tp int, shard bool) (plan, string
 	}
 	for i := range b.Events {
 		ev := &b.Events[i]
+		if ev.GroupIdx != 0 || (ev.SpecKind != "" && ev.SpecKind != specFullAttention) {
+			// A hybrid model: removals do not say their group's kind, so
+			// another group's removal may take a full-attention block from
+			// us, and a later store under it would look like a gap.
+			r.complete = false
+		}
 		if ev.SpecKind != "" && ev.SpecKind != specFullAttention {
 			c.cnt.drop(DropOtherGroup)
 			continue

@@ -235,3 +235,22 @@ func TestStopAnnouncesGone(t *testing.T) {
 		t.Fatalf("snapshot after stop: %+v", s)
 	}
 }
+
+// A hybrid model's other KV groups are left out; since removals do not say
+// their group's kind, the stream no longer proves gaps by unknown parents.
+func TestHybridGroups(t *testing.T) {
+	h := newHarness(t, vllm, "vllm_kvcr")
+	full := h.ev("store", false, "A")
+	full.SpecKind = "full_attention"
+	swa := h.ev("store", false, "X")
+	swa.SpecKind, swa.GroupIdx = "sliding_window", 1
+	h.feed(0, h.msg(0, "", full, swa))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	// Seq 0 was seen, yet after another group's traffic a store under an
+	// unknown parent is skipped, not a reset.
+	h.feed(0, h.msg(0, "", h.ev("store", false, "C")))
+	h.expect("", "w0=A@0", "o0 w0")
+	if st := h.core.Stats(); st.Dropped[DropOtherGroup] != 1 || st.Dropped[DropUnknownParent] != 1 || st.Resets[ResetSilentGap] != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
