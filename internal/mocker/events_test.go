@@ -292,7 +292,7 @@ func TestEventsVLLM(t *testing.T) {
 // TestEventsConnect: with --kv-events-connect the engine dials a binding
 // subscriber (llm-d style) under the topic kv@<host>:<port>@<model>.
 func TestEventsConnect(t *testing.T) {
-	port := freePorts(t, 1)
+	port := freePorts(t, 3) // subscriber, runner, replay: disjoint by construction
 	s, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: "tcp://127.0.0.1:" + strconv.Itoa(port), Bind: true})
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +307,10 @@ func TestEventsConnect(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	sb := &sub{t: t, ch: ch, ctx: ctx}
 
-	e := startEngine(t, func(c *Config) { c.EventsConnect = "tcp://127.0.0.1:" + strconv.Itoa(port) })
+	e := startEngine(t, func(c *Config) {
+		c.EventsConnect = "tcp://127.0.0.1:" + strconv.Itoa(port)
+		c.ControlPort, c.EventsEndpoint, c.ReplayEndpoint = port+1, "unused", "tcp://*:"+strconv.Itoa(port+2)
+	})
 	warm(t, e, sb)
 	topic := "kv@127.0.0.1:" + strconv.Itoa(e.httpPort()) + "@" + DefaultModel
 	prompt := longPrompt(t, e, "connect", 200)

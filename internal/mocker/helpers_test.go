@@ -57,15 +57,19 @@ func testConfig(t testing.TB, mut func(*Config)) Config {
 	if mut != nil {
 		mut(&c)
 	}
+	// One range for all of the engine's ports, so that two probes cannot
+	// hand out the same free port.
 	dp, tp := max(c.DP, 1), max(c.TP, 1)
-	if c.ControlPort == 0 {
-		c.ControlPort = freePorts(t, dp*tp)
+	if c.ControlPort != 0 {
+		return c
 	}
+	base := freePorts(t, dp*tp+2*dp)
+	c.ControlPort = base
 	if c.EventsEndpoint == "" {
-		c.EventsEndpoint = "tcp://*:" + strconv.Itoa(freePorts(t, dp))
+		c.EventsEndpoint = "tcp://*:" + strconv.Itoa(base+dp*tp)
 	}
 	if c.ReplayEndpoint == "" {
-		c.ReplayEndpoint = "tcp://*:" + strconv.Itoa(freePorts(t, dp))
+		c.ReplayEndpoint = "tcp://*:" + strconv.Itoa(base+dp*tp+dp)
 	}
 	return c
 }

@@ -20,7 +20,8 @@ type proc struct {
 
 func startProc(t *testing.T, bin string, seed int) proc {
 	t.Helper()
-	httpPort, control, events := freePorts(t, 1), freePorts(t, 1), freePorts(t, 2)
+	base := freePorts(t, 4)
+	httpPort, control, events := base, base+1, base+2
 	cmd := exec.Command(bin, "mocker",
 		"--flavor", "sglang", "--block-size", "64", "--speedup", "100",
 		"--listen", "127.0.0.1:"+strconv.Itoa(httpPort),

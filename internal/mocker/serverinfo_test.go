@@ -32,36 +32,46 @@ func getBody(t *testing.T, url string) []byte {
 // one the state agent accepts as a hint-capable worker, with the runner
 // endpoints and event endpoints the engine really binds.
 func TestConfigAcceptedByStateAgent(t *testing.T) {
-	// workerconfig refuses loopback advertise hosts, so advertise a private
-	// address while binding the runners on loopback.
-	const host = "10.1.2.3"
+	// workerconfig refuses loopback advertise hosts unless told the
+	// deployment is single-host; the private address is advertised while
+	// the runners bind loopback.
+	const private = "10.1.2.3"
 	cases := []struct {
 		name   string
 		flavor Flavor
 		dp, tp int
+		host   string
 		mode   workerconfig.RunnerMode
 	}{
-		{"sglang tp1", SGLang, 1, 1, workerconfig.RunnerLinker},
-		{"sglang tp2", SGLang, 1, 2, workerconfig.RunnerLinker},
-		{"sglang dp2", SGLang, 2, 1, workerconfig.RunnerLinker},
-		{"sglang dp2 tp2", SGLang, 2, 2, workerconfig.RunnerLinker},
-		{"vllm tp1", VLLM, 1, 1, workerconfig.RunnerSecondaryTier},
-		{"vllm dp2", VLLM, 2, 1, workerconfig.RunnerSecondaryTier},
+		{"sglang tp1", SGLang, 1, 1, private, workerconfig.RunnerLinker},
+		{"sglang tp2", SGLang, 1, 2, private, workerconfig.RunnerLinker},
+		{"sglang dp2", SGLang, 2, 1, private, workerconfig.RunnerLinker},
+		{"sglang dp2 tp2", SGLang, 2, 2, private, workerconfig.RunnerLinker},
+		{"sglang loopback", SGLang, 1, 1, "127.0.0.1", workerconfig.RunnerLinker},
+		{"vllm tp1", VLLM, 1, 1, private, workerconfig.RunnerSecondaryTier},
+		{"vllm dp2", VLLM, 2, 1, private, workerconfig.RunnerSecondaryTier},
+		{"vllm loopback", VLLM, 1, 1, "127.0.0.1", workerconfig.RunnerSecondaryTier},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			host := c.host
 			e := startEngine(t, func(cfg *Config) {
 				cfg.Flavor, cfg.DP, cfg.TP = c.flavor, c.dp, c.tp
 				cfg.AdvertiseHost, cfg.ControlHost = host, "127.0.0.1"
 				cfg.Topic = "kv-events"
 			})
-			var d *workerconfig.Descriptor
-			var err error
-			if c.flavor == SGLang {
-				d, err = workerconfig.FromSGLang(getBody(t, e.URL()+pathServerInfo), workerconfig.Options{})
-			} else {
-				d, err = workerconfig.FromVLLM(getBody(t, e.URL()+pathEngineArgs), workerconfig.Options{})
+			path, from := pathServerInfo, workerconfig.FromSGLang
+			if c.flavor == VLLM {
+				path, from = pathEngineArgs, workerconfig.FromVLLM
 			}
+			info := getBody(t, e.URL()+path)
+			opt := workerconfig.Options{AllowLoopback: host != private}
+			if opt.AllowLoopback {
+				if _, err := from(info, workerconfig.Options{}); !errors.Is(err, workerconfig.ErrUndialableHost) {
+					t.Fatalf("loopback accepted without AllowLoopback: %v", err)
+				}
+			}
+			d, err := from(info, opt)
 			if err != nil {
 				t.Fatal(err)
 			}
