@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -302,6 +303,32 @@ func (r *Router) WorkersOf(model string) []Worker {
 	for _, e := range r.models[model] {
 		out = append(out, e.w)
 	}
+	return out
+}
+
+// AllWorkers returns every worker, sorted by id.
+func (r *Router) AllWorkers() []Worker {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Worker, 0, len(r.workers))
+	for _, e := range r.workers {
+		out = append(out, e.w)
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// WorkersOfOrigin returns the ids of the workers that came from origin.
+func (r *Router) WorkersOfOrigin(o Origin) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []string
+	for id, e := range r.workers {
+		if e.w.Origin == o {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"kvrouter/internal/gateway"
+)
+
+func init() { commands = append(commands, newServeCmd) }
+
+func newServeCmd() *cobra.Command {
+	o := gateway.Defaults()
+	var (
+		workers  []string
+		setupMS  float64
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Route OpenAI requests to the worker with the best KV cache overlap",
+		Long: `serve is the router: an OpenAI-compatible front door (POST /v1/completions,
+POST /v1/chat/completions, GET /v1/models) that tokenizes each request, finds
+the (worker, DP rank) whose caches hold the longest prefix, weighs that against
+load, proxies the request there (streams pass through as they come), and, when
+another worker's KV cache runner holds a longer prefix, attaches a kv.fetch
+hint naming that peer. Hints never change the chosen worker.
+
+Workers come from two places:
+  - state agents registering over NATS (--nats; without it an embedded NATS
+    server starts and its URL is logged for agents to join); their events
+    arrive through the agents' relays, snapshot first;
+  - --worker flags, for simple fleets without agents. The router then reads
+    the engine's KV events itself: it dials an engine that binds (events=;
+    DP rank r publishes on the port offset by r), or takes what engines send
+    to --events-bind (topic kv@<host>:<port>@<model>, the llm-d convention,
+    naming the worker by its url's host:port). A worker whose events never
+    arrive is routed in approximate mode: the router assumes the blocks of
+    the requests it sent stay cached for --approx-ttl, and never hints from
+    or to such guesses.
+
+--worker takes comma-separated key=value pairs:
+  url=http://H:P        the engine's OpenAI server (required)
+  events=tcp://H:P      its KV event publisher, dialable; omit for approximate mode
+  replay=tcp://H:P      its replay endpoint, to heal sequence gaps
+  block_size=N          KV block size in tokens (default 16; must match the engine)
+  dp=N                  data-parallel ranks (default 1)
+  type=aggregated|prefill|decode   the worker reads kv.fetch hints as this type
+  id=ID                 default: the url's host:port
+  model=M               default: what its /v1/models answers (retried until it does)
+  engine=vllm|sglang    default vllm; decides where hints and the DP rank go
+  hint=vllm|vllm-old|sglang|sglang-old   override the hint placement
+
+Operator views: GET /debug/workers, POST /debug/route (the decision for a
+request body, nothing sent), GET /metrics (Prometheus), GET /healthz.
+A client may force the worker with the header x-kvrouter-target: <worker id>
+when --allow-target-override is set.`,
+		Example: `  kvrouter serve --worker url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557
+  kvrouter serve --nats nats://nats:4222 --listen :8080 --hint-policy min-blocks --hint-min-blocks 4
+  kvrouter serve --events-bind 'tcp://*:5557' --worker url=http://10.0.0.6:8000 --tokenizer engine`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			for _, w := range workers {
+				spec, err := gateway.ParseWorkerSpec(w)
+				if err != nil {
+					return err
+				}
+				o.Workers = append(o.Workers, spec)
+			}
+			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return gateway.Run(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Listen, "listen", o.Listen, "HOST:PORT of the HTTP front door")
+	f.StringVar(&o.NATS, "nats", "", "URL of the NATS cluster (JetStream enabled) where agents register and replicas share load; empty starts an embedded server")
+	f.DurationVar(&o.Lease, "lease", o.Lease, "registration lease of the discovery bucket; must equal the agents' --lease")
+	f.StringArrayVar(&workers, "worker", nil, "an engine to route to without a state agent (repeatable; keys above)")
+	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router with their KV events, e.g. tcp://*:5557")
+	f.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "default (the embedded demo tokenizer), engine (ask a worker's POST /tokenize), or the path of a tokenizer.json")
+	f.IntVar(&o.TokenizeCache, "tokenize-cache", o.TokenizeCache, "answers kept by --tokenizer engine (LRU)")
+	f.StringVar(&o.ChatTemplate, "chat-template", o.ChatTemplate, "chat format: chatml, llama3, plain, or the path of a Go text/template file")
+	f.StringVar(&o.TokenizerConfig, "tokenizer-config", "", "tokenizer_config.json whose chat_template picks the chat format (overrides --chat-template)")
+	f.Float64Var(&o.Temperature, "temperature", o.Temperature, "0 (the default) takes the cheapest rank, ties to the smaller cache then seeded by the request; T > 0 samples with p ∝ exp(-(cost-min)/((max-min)·T))")
+	f.Float64Var(&o.Weights.OverlapCredit, "overlap-credit", o.Weights.OverlapCredit, "cost credit per block cached on the rank's device")
+	f.Float64Var(&o.Weights.HostCredit, "host-credit", o.Weights.HostCredit, "cost credit per block restorable from host memory (incl. the rank's own runner)")
+	f.Float64Var(&o.Weights.DiskCredit, "disk-credit", o.Weights.DiskCredit, "cost credit per block restorable from disk")
+	f.Float64Var(&o.Weights.PrefillLoadScale, "prefill-load-scale", o.Weights.PrefillLoadScale, "weight of prefill work (this request's and queued) against decode blocks")
+	f.Float64Var(&o.Weights.RequestWeight, "request-weight", o.Weights.RequestWeight, "cost per request already in flight on the rank (default 0, Dynamo's)")
+	f.StringVar(&o.HintPolicy, "hint-policy", o.HintPolicy, "when a longer peer prefix is worth a hint: cost (pull time vs recompute time) or min-blocks")
+	f.IntVar(&o.HintMinBlocks, "hint-min-blocks", o.HintMinBlocks, "min-blocks policy: hint when the peer adds at least this many blocks")
+	f.Float64Var(&o.HintBandwidthGbps, "hint-bandwidth-gbps", o.HintBandwidthGbps, "cost policy: peer-to-peer transfer rate, Gbit/s")
+	f.Float64Var(&setupMS, "hint-setup-ms", float64(o.HintSetup)/float64(time.Millisecond), "cost policy: fixed cost of a pull, milliseconds")
+	f.Float64Var(&o.HintPrefillTokensPerS, "hint-prefill-tokens-per-s", o.HintPrefillTokensPerS, "cost policy: the target's prefill rate, tokens/s")
+	f.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "cost policy: KV cache bytes per token (Qwen3-32B BF16: 262144)")
+	f.DurationVar(&o.ApproxTTL, "approx-ttl", o.ApproxTTL, "approximate mode: how long a routed request's blocks are assumed cached")
+	f.DurationVar(&o.DetachedOwnerTTL, "detached-owner-ttl", o.DetachedOwnerTTL, "how long a departed worker's cache owners stay hint sources; 0 drops them at once")
+	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
+	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
+	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is unbounded")
+	f.StringVar(&o.Replica, "replica", "", "this router's name among replicas sharing load on NATS; empty picks a random one")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}

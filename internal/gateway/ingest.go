@@ -1,0 +1,158 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"kvrouter/internal/index"
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvstream"
+	"kvrouter/internal/router"
+)
+
+// fullAttention is vLLM's kv_cache_spec_kind of the group routing follows:
+// hybrid models emit one stream per KV group and only this one keys the
+// prefix by tokens alone.
+const fullAttention = "full_attention"
+
+// ingest applies one engine's KV event stream (no state agent) to the
+// router. An engine has no snapshot to offer, so the rules differ from a
+// relay's: a gap makes the affected ranks unready until healed; a loss
+// or a publisher restart clears them, and what arrives next is all the
+// router knows.
+type ingest struct {
+	id   string
+	dp   int
+	sink *router.Sink
+	m    *Metrics
+	log  *slog.Logger
+	now  func() time.Time
+	dec  kvevents.Decoder
+
+	once sync.Map // warnings logged once per reason
+}
+
+// handle applies one item. rank is the DP rank the stream belongs to, or
+// -1 when batches say (one bind-mode socket for every rank).
+func (in *ingest) handle(it kvstream.Item, rank int) {
+	switch v := it.(type) {
+	case kvstream.Message:
+		in.batch(v.Payload, rank)
+	case kvstream.Gap:
+		if v.Healed {
+			in.setReady(rank, true)
+			return
+		}
+		in.m.eventGaps.WithLabelValues("gap").Inc()
+		in.setReady(rank, false)
+	case kvstream.Unrecoverable:
+		in.m.eventGaps.WithLabelValues("unrecoverable").Inc()
+		in.clear(rank)
+	case kvstream.Restart:
+		in.m.eventGaps.WithLabelValues("restart").Inc()
+		in.clear(rank)
+	case kvstream.Reconnected:
+		in.m.eventGaps.WithLabelValues("reconnect").Inc()
+	}
+}
+
+func (in *ingest) ranks(rank int) []int {
+	if rank >= 0 {
+		return []int{rank}
+	}
+	out := make([]int, in.dp)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func (in *ingest) sources(rank int) []index.Source {
+	var out []index.Source
+	for _, r := range in.ranks(rank) {
+		out = append(out, index.WorkerRank(in.id, r), index.CacheOwner(FlagOwner(in.id, r)))
+	}
+	return out
+}
+
+func (in *ingest) setReady(rank int, ready bool) {
+	for _, src := range in.sources(rank) {
+		in.sink.SetReady(src, ready)
+	}
+}
+
+// clear forgets what the ranks held: removals may be among the lost
+// batches, and a stale block is worse than a missing one.
+func (in *ingest) clear(rank int) {
+	for _, src := range in.sources(rank) {
+		in.sink.Clear(src)
+		in.sink.SetReady(src, true)
+	}
+}
+
+func (in *ingest) batch(payload []byte, rank int) {
+	b, err := in.dec.Decode(payload)
+	if err != nil {
+		in.m.eventDropped.WithLabelValues("malformed").Inc()
+		in.warnOnce("malformed", "events: dropping a batch that does not decode", "err", err)
+		return
+	}
+	if b.TS > 0 {
+		lag := in.now().Sub(time.Unix(0, int64(b.TS*1e9)))
+		if lag >= 0 {
+			in.m.eventLag.Observe(lag.Seconds())
+		}
+	}
+	if rank < 0 {
+		rank = 0
+		if b.HasDPRank {
+			rank = b.DPRank
+		}
+	}
+	if rank < 0 || rank >= in.dp {
+		in.m.eventDropped.WithLabelValues("rank").Inc()
+		in.warnOnce("rank", "events: batch names a DP rank outside the worker's dp=", "rank", rank, "dp", in.dp)
+		return
+	}
+	for _, ev := range b.Events {
+		if ev.SpecKind != "" && ev.SpecKind != fullAttention {
+			in.m.eventDropped.WithLabelValues("kv_group").Inc()
+			continue
+		}
+		op, err := index.OpFromEvent(ev)
+		if err != nil {
+			reason := "invalid"
+			if errors.Is(err, index.ErrPlaceholder) {
+				reason = "placeholder"
+			}
+			in.m.eventDropped.WithLabelValues(reason).Inc()
+			continue
+		}
+		src := index.WorkerRank(in.id, rank)
+		if ev.Ownership == kvevents.OwnedByRunner {
+			src = index.CacheOwner(FlagOwner(in.id, rank))
+		}
+		if err := in.sink.Apply(src, []index.Op{op}); err != nil {
+			switch {
+			case errors.Is(err, index.ErrUnknownParent):
+				// Blocks stored under a parent from before the router
+				// joined; they become known as prefixes come round again.
+				in.m.eventDropped.WithLabelValues("unknown_parent").Inc()
+			case errors.Is(err, index.ErrBlockSize):
+				in.m.eventDropped.WithLabelValues("block_size").Inc()
+				in.warnOnce("block_size", "events: the engine's block size differs from the worker's; set block_size= in --worker",
+					"err", err)
+			default:
+				in.m.eventDropped.WithLabelValues("rejected").Inc()
+			}
+		}
+	}
+}
+
+func (in *ingest) warnOnce(key, msg string, args ...any) {
+	if _, loaded := in.once.LoadOrStore(key, true); !loaded {
+		in.log.Warn(msg, append([]any{"worker", in.id}, args...)...)
+	}
+}

@@ -1,0 +1,241 @@
+// Package gateway is kvrouter's front door and the services around the
+// decision core: the OpenAI-compatible HTTP API and its proxying to the
+// chosen worker, tokenization, the ingest of workers (discovery and agent
+// relays, engine KV events over ZMQ, engine metrics), load sharing between
+// router replicas, metrics and the operator views.
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	"kvrouter/internal/tokenizer"
+)
+
+// ErrBadRequest marks a request body the router cannot route; the message
+// names the field to fix.
+var ErrBadRequest = errors.New("bad request")
+
+// Kind is the OpenAI endpoint a request came in on.
+type Kind uint8
+
+const (
+	KindCompletion Kind = iota // POST /v1/completions
+	KindChat                   // POST /v1/chat/completions
+)
+
+// Request is what routing reads from an inference request body. The body
+// itself is forwarded as the client wrote it (less any hints).
+type Request struct {
+	Kind  Kind
+	Model string
+	Salt  string // cache_salt
+	// Stream and IncludeUsage as the client asked.
+	Stream       bool
+	IncludeUsage bool
+
+	// Completions: the prompt as text, or as token ids when the client
+	// sent ids (HasTokens).
+	Prompt    string
+	Tokens    []uint32
+	HasTokens bool
+
+	// Chat: the messages flattened to text, and as sent (for an engine's
+	// /tokenize). Unrenderable content (images) leaves Messages nil.
+	Messages            []tokenizer.Message
+	RawMessages         json.RawMessage
+	AddGenerationPrompt bool
+}
+
+// wireRequest is the subset of the OpenAI body routing reads.
+type wireRequest struct {
+	Model         json.RawMessage `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	Messages      json.RawMessage `json:"messages"`
+	CacheSalt     json.RawMessage `json:"cache_salt"`
+	Stream        json.RawMessage `json:"stream"`
+	StreamOptions json.RawMessage `json:"stream_options"`
+	AddGenPrompt  json.RawMessage `json:"add_generation_prompt"`
+}
+
+type wireMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// ParseRequest reads what routing needs from an inference request body.
+func ParseRequest(kind Kind, body []byte) (*Request, error) {
+	var w wireRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&w); err != nil {
+		return nil, fmt.Errorf("%w: body is not a JSON object: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrBadRequest)
+	}
+	req := &Request{Kind: kind, AddGenerationPrompt: true}
+	var err error
+	if req.Model, err = str(w.Model, "model", true); err != nil {
+		return nil, err
+	}
+	if req.Salt, err = str(w.CacheSalt, "cache_salt", false); err != nil {
+		return nil, err
+	}
+	if req.Stream, err = boolean(w.Stream, "stream", false); err != nil {
+		return nil, err
+	}
+	if len(w.StreamOptions) > 0 && !isNull(w.StreamOptions) {
+		var so struct {
+			IncludeUsage json.RawMessage `json:"include_usage"`
+		}
+		if err := json.Unmarshal(w.StreamOptions, &so); err != nil {
+			return nil, fmt.Errorf("%w: stream_options: want an object", ErrBadRequest)
+		}
+		if req.IncludeUsage, err = boolean(so.IncludeUsage, "stream_options.include_usage", false); err != nil {
+			return nil, err
+		}
+	}
+	switch kind {
+	case KindCompletion:
+		if len(w.Prompt) == 0 || isNull(w.Prompt) {
+			return nil, fmt.Errorf("%w: prompt is required", ErrBadRequest)
+		}
+		if err := req.parsePrompt(w.Prompt); err != nil {
+			return nil, err
+		}
+	case KindChat:
+		if req.AddGenerationPrompt, err = boolean(w.AddGenPrompt, "add_generation_prompt", true); err != nil {
+			return nil, err
+		}
+		if err := req.parseMessages(w.Messages); err != nil {
+			return nil, err
+		}
+	}
+	return req, nil
+}
+
+// parsePrompt accepts the four prompt shapes of /v1/completions: a string,
+// a list of strings, token ids, a list of token id lists. A batch goes to
+// one worker, so it is routed by its first prompt.
+func (r *Request) parsePrompt(raw json.RawMessage) error {
+	if raw[0] == '"' {
+		return json.Unmarshal(raw, &r.Prompt)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return fmt.Errorf("%w: prompt: want a string, a list of strings, token ids or lists of token ids", ErrBadRequest)
+	}
+	if len(items) == 0 {
+		return fmt.Errorf("%w: prompt is empty", ErrBadRequest)
+	}
+	switch items[0][0] {
+	case '"':
+		if err := json.Unmarshal(items[0], &r.Prompt); err != nil {
+			return fmt.Errorf("%w: prompt[0]: %v", ErrBadRequest, err)
+		}
+		return nil
+	case '[':
+		var err error
+		r.Tokens, err = tokenIDs(items[0], "prompt[0]")
+		r.HasTokens = true
+		return err
+	}
+	var err error
+	r.Tokens, err = tokenIDs(raw, "prompt")
+	r.HasTokens = true
+	return err
+}
+
+func tokenIDs(raw json.RawMessage, field string) ([]uint32, error) {
+	var nums []json.Number
+	if err := json.Unmarshal(raw, &nums); err != nil {
+		return nil, fmt.Errorf("%w: %s: want a list of token ids", ErrBadRequest, field)
+	}
+	out := make([]uint32, len(nums))
+	for i, n := range nums {
+		v, err := n.Int64()
+		if err != nil || v < 0 || v > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: %s[%d] = %s: want a token id in [0, 2^32)", ErrBadRequest, field, i, n)
+		}
+		out[i] = uint32(v)
+	}
+	return out, nil
+}
+
+func (r *Request) parseMessages(raw json.RawMessage) error {
+	if len(raw) == 0 || isNull(raw) {
+		return fmt.Errorf("%w: messages is required", ErrBadRequest)
+	}
+	var ms []wireMessage
+	if err := json.Unmarshal(raw, &ms); err != nil {
+		return fmt.Errorf("%w: messages: want a list of {role, content}: %v", ErrBadRequest, err)
+	}
+	if len(ms) == 0 {
+		return fmt.Errorf("%w: messages is empty", ErrBadRequest)
+	}
+	r.RawMessages = raw
+	out := make([]tokenizer.Message, len(ms))
+	for i, m := range ms {
+		if m.Role == "" {
+			return fmt.Errorf("%w: messages[%d].role is required", ErrBadRequest, i)
+		}
+		text, err := tokenizer.FlattenContent(m.Content)
+		if errors.Is(err, tokenizer.ErrUnsupportedContent) {
+			// Images and the like: the engine renders them, the router
+			// cannot, so it routes on load alone.
+			r.Messages = nil
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: messages[%d].content: %v", ErrBadRequest, i, err)
+		}
+		out[i] = tokenizer.Message{Role: m.Role, Content: text}
+	}
+	r.Messages = out
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
+
+func str(raw json.RawMessage, field string, required bool) (string, error) {
+	if len(raw) == 0 || isNull(raw) {
+		if required {
+			return "", fmt.Errorf("%w: %s is required", ErrBadRequest, field)
+		}
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("%w: %s: want a string", ErrBadRequest, field)
+	}
+	if s == "" && required {
+		return "", fmt.Errorf("%w: %s is empty", ErrBadRequest, field)
+	}
+	return s, nil
+}
+
+func boolean(raw json.RawMessage, field string, def bool) (bool, error) {
+	if len(raw) == 0 || isNull(raw) {
+		return def, nil
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return false, fmt.Errorf("%w: %s: want true or false", ErrBadRequest, field)
+	}
+	return b, nil
+}
+
+// guessKind picks the endpoint a /debug/route body was meant for.
+func guessKind(body []byte) Kind {
+	var probe struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	if json.Unmarshal(body, &probe) == nil && len(probe.Messages) > 0 && !isNull(probe.Messages) {
+		return KindChat
+	}
+	return KindCompletion
+}

@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"kvrouter/internal/schedule"
+)
+
+// LoadSubject is where router replicas announce the requests they send.
+const LoadSubject = "kvrouter.load"
+
+// Load announcement ops.
+const (
+	opStart  = "start"
+	opFirst  = "first" // first token: the prompt is prefilled
+	opFinish = "finish"
+	opAlive  = "alive" // heartbeat with every request still in flight
+)
+
+// loadMsg is one announcement. Ids carry the replica's name, so two
+// replicas never collide and a replayed announcement is a no-op.
+type loadMsg struct {
+	Replica string   `json:"replica"`
+	Op      string   `json:"op"`
+	ID      string   `json:"id,omitempty"`
+	Worker  string   `json:"worker,omitempty"`
+	Rank    int      `json:"dp_rank,omitempty"`
+	Prefill float64  `json:"prefill_tokens,omitempty"`
+	Blocks  float64  `json:"blocks,omitempty"`
+	IDs     []string `json:"ids,omitempty"`
+}
+
+// peerBook applies peers' announcements to the load tracker and forgets a
+// peer that stopped announcing, along with everything it had in flight.
+// Pure: the caller passes the time.
+type peerBook struct {
+	load    *schedule.Load
+	timeout time.Duration
+
+	mu    sync.Mutex
+	peers map[string]*peer
+}
+
+type peer struct {
+	seen time.Time
+	reqs map[string]bool
+}
+
+func newPeerBook(load *schedule.Load, timeout time.Duration) *peerBook {
+	return &peerBook{load: load, timeout: timeout, peers: map[string]*peer{}}
+}
+
+func (b *peerBook) apply(m loadMsg, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.peers[m.Replica]
+	if p == nil {
+		p = &peer{reqs: map[string]bool{}}
+		b.peers[m.Replica] = p
+	}
+	p.seen = now
+	switch m.Op {
+	case opStart:
+		if m.ID != "" && m.Worker != "" {
+			b.load.Start(m.ID, schedule.Rank{Worker: m.Worker, DP: m.Rank}, m.Prefill, m.Blocks)
+			p.reqs[m.ID] = true
+		}
+	case opFirst:
+		b.load.Prefilled(m.ID)
+	case opFinish:
+		b.load.Finish(m.ID)
+		delete(p.reqs, m.ID)
+	case opAlive:
+		// A finish that went missing would count forever: the heartbeat
+		// lists what is really in flight. A peer's messages arrive in
+		// order, so anything it no longer lists has ended.
+		live := make(map[string]bool, len(m.IDs))
+		for _, id := range m.IDs {
+			live[id] = true
+		}
+		for id := range p.reqs {
+			if !live[id] {
+				b.load.Finish(id)
+				delete(p.reqs, id)
+			}
+		}
+	}
+}
+
+// expire drops peers not heard from within the timeout.
+func (b *peerBook) expire(now time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var gone []string
+	for name, p := range b.peers {
+		if now.Sub(p.seen) < b.timeout {
+			continue
+		}
+		for id := range p.reqs {
+			b.load.Finish(id)
+		}
+		delete(b.peers, name)
+		gone = append(gone, name)
+	}
+	return gone
+}
+
+// Peers shares in-flight load with the other replicas on the same NATS:
+// it is the server's LoadTracker, recording locally and announcing.
+type Peers struct {
+	NC      *nats.Conn
+	Replica string
+	Load    *schedule.Load
+	// Every is the heartbeat interval; a peer silent for Timeout is
+	// forgotten.
+	Every, Timeout time.Duration
+	Metrics        *Metrics
+	Log            *slog.Logger
+	Now            func() time.Time
+
+	book *peerBook
+	mu   sync.Mutex
+	mine map[string]bool
+}
+
+// NewPeers returns a tracker that announces on nc (nil: local only).
+func NewPeers(nc *nats.Conn, replica string, load *schedule.Load, every, timeout time.Duration, m *Metrics, log *slog.Logger, now func() time.Time) *Peers {
+	return &Peers{NC: nc, Replica: replica, Load: load, Every: every, Timeout: timeout, Metrics: m, Log: log, Now: now,
+		book: newPeerBook(load, timeout), mine: map[string]bool{}}
+}
+
+// Start, Finish and the heartbeat publish under mu, so that a heartbeat
+// never overtakes a start it does not list.
+func (p *Peers) Start(id string, r schedule.Rank, prefill, blocks float64) {
+	p.Load.Start(id, r, prefill, blocks)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mine[id] = true
+	p.publish(loadMsg{Op: opStart, ID: id, Worker: r.Worker, Rank: r.DP, Prefill: prefill, Blocks: blocks})
+}
+
+func (p *Peers) Prefilled(id string) {
+	p.Load.Prefilled(id)
+	p.publish(loadMsg{Op: opFirst, ID: id})
+}
+
+func (p *Peers) Finish(id string) {
+	p.Load.Finish(id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.mine, id)
+	p.publish(loadMsg{Op: opFinish, ID: id})
+}
+
+func (p *Peers) publish(m loadMsg) {
+	if p.NC == nil {
+		return
+	}
+	m.Replica = p.Replica
+	b, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	if err := p.NC.Publish(LoadSubject, b); err != nil {
+		p.Log.Debug("peers: announce failed", "err", err)
+		return
+	}
+	p.Metrics.peerMessages.WithLabelValues("out").Inc()
+}
+
+// Run applies peers' announcements and sends heartbeats until ctx ends.
+func (p *Peers) Run(ctx context.Context) error {
+	if p.NC == nil {
+		<-ctx.Done()
+		return nil
+	}
+	msgs := make(chan *nats.Msg, 4096)
+	sub, err := p.NC.ChanSubscribe(LoadSubject, msgs)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	t := time.NewTicker(p.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case nm := <-msgs:
+			var m loadMsg
+			if json.Unmarshal(nm.Data, &m) != nil || m.Replica == "" || m.Replica == p.Replica {
+				continue
+			}
+			p.Metrics.peerMessages.WithLabelValues("in").Inc()
+			p.book.apply(m, p.Now())
+		case <-t.C:
+			p.mu.Lock()
+			ids := make([]string, 0, len(p.mine))
+			for id := range p.mine {
+				ids = append(ids, id)
+			}
+			p.publish(loadMsg{Op: opAlive, IDs: ids})
+			p.mu.Unlock()
+			for _, name := range p.book.expire(p.Now()) {
+				p.Log.Info("peers: replica stopped announcing; dropping its load", "replica", name)
+			}
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"kvrouter/internal/hints"
+	"kvrouter/internal/router"
+	"kvrouter/internal/schedule"
+)
+
+// sendResult is how one attempt at a worker ended.
+type sendResult struct {
+	refused bool      // nothing was sent: try another worker
+	outcome string    // when the response went out
+	err     *apiError // when it did not
+}
+
+// maxResponse bounds a non-streamed response body held to read its usage.
+const maxResponse = 64 << 20
+
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
+	"Transfer-Encoding", "Upgrade", "Proxy-Connection"}
+
+// upstreamBody is the body the worker gets: the client's, with the hint
+// placed where its engine reads it, the DP rank for SGLang, and a usage
+// chunk asked for when the client streams.
+func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
+	body := p.body
+	var err error
+	if d.HintDecision.Hinted() {
+		if body, err = hints.Attach(body, d.Target.Worker.Placement, p.id, d.Hint); err != nil {
+			return nil, err
+		}
+	}
+	if d.Target.Worker.Engine == router.EngineSGLang {
+		local := strconv.Itoa(d.Target.Rank - d.Target.Worker.DPStart)
+		if body, err = setMember(body, keyDataParallelRank, []byte(local)); err != nil {
+			return nil, err
+		}
+	}
+	if p.req.Stream && !p.req.IncludeUsage {
+		if body, err = withUsage(body); err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+func upstreamPath(k Kind) string {
+	if k == KindChat {
+		return "/v1/chat/completions"
+	}
+	return "/v1/completions"
+}
+
+// send forwards the request to the decision's target and streams the answer
+// back. Cancelling the client's request cancels the upstream one.
+func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *router.Decision) sendResult {
+	body, err := upstreamBody(p, d)
+	if err != nil {
+		return sendResult{err: badRequest(err)}
+	}
+	t := d.Target
+	hr, err := http.NewRequestWithContext(r.Context(), http.MethodPost, t.Worker.URL+upstreamPath(p.kind), bytes.NewReader(body))
+	if err != nil {
+		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error", err.Error(), outcomeUpstreamError}}
+	}
+	copyHeaders(hr.Header, r.Header)
+	for _, h := range []string{"Host", "Content-Length", "Accept-Encoding", headerTarget, headerDPRank, headerVLLMDPRank} {
+		hr.Header.Del(h)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set(headerRequestID, p.id)
+	hr.Header.Set(headerDPRank, strconv.Itoa(t.Rank))
+	if t.Worker.Engine == router.EngineVLLM {
+		hr.Header.Set(headerVLLMDPRank, strconv.Itoa(t.Rank-t.Worker.DPStart))
+	}
+
+	loadID := s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10)
+	bs := t.Worker.BlockSize
+	prefill := float64(max(0, d.Tokens-d.Overlap*bs))
+	s.Load.Start(loadID, schedule.Rank{Worker: t.Worker.ID, DP: t.Rank}, prefill, float64(d.Blocks))
+	defer s.Load.Finish(loadID)
+
+	resp, err := s.Client.Do(hr)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return sendResult{refused: true}
+		}
+		if r.Context().Err() != nil {
+			return sendResult{err: &apiError{outcome: outcomeCanceled}}
+		}
+		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error",
+			fmt.Sprintf("worker %s: %v", t.Worker.ID, err), outcomeUpstreamError}}
+	}
+	defer resp.Body.Close()
+	s.Router.Commit(d, s.Now())
+	s.countDecision(d)
+
+	hinted := strconv.FormatBool(d.HintDecision.Hinted())
+	report := func(u *usage) {
+		if u.Details != nil {
+			s.Metrics.cachedTokens.WithLabelValues(hinted).Add(float64(u.Details.CachedTokens))
+		}
+		if u.KVRouter != nil {
+			s.Metrics.peerRestored.WithLabelValues(hinted).Add(float64(u.KVRouter.PeerRestoredTokens))
+		}
+	}
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.Header().Set(headerWorker, t.Worker.ID)
+	outcome := outcomeOK
+	switch {
+	case resp.StatusCode >= 500:
+		outcome = outcomeUpstreamError
+	case resp.StatusCode >= 400:
+		outcome = outcomeBadRequest
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		w.WriteHeader(resp.StatusCode)
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { s.Load.Prefilled(loadID) }, report)
+	} else {
+		var b []byte
+		b, err = io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		if err == nil {
+			var v struct {
+				Usage *usage `json:"usage"`
+			}
+			if json.Unmarshal(b, &v) == nil && v.Usage != nil {
+				report(v.Usage)
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.WriteHeader(resp.StatusCode)
+			_, err = w.Write(b)
+		}
+	}
+	switch {
+	case r.Context().Err() != nil || errors.Is(err, errClientGone):
+		return sendResult{outcome: outcomeCanceled}
+	case err != nil:
+		// Headers may be out already: all that is left is to stop.
+		s.Log.Warn("upstream response broke off", "worker", t.Worker.ID, "request", p.id, "err", err)
+		return sendResult{outcome: outcomeUpstreamError}
+	}
+	return sendResult{outcome: outcome}
+}
+
+// countDecision records a decision that was acted on.
+func (s *Server) countDecision(d *router.Decision) {
+	if d.Blocks > 0 {
+		s.Metrics.overlap.Observe(float64(d.Overlap) / float64(d.Blocks))
+	}
+	if d.HintDecision.Hinted() {
+		s.Metrics.hints.WithLabelValues("issued", d.HintDecision.Reason.String()).Inc()
+	} else {
+		s.Metrics.hints.WithLabelValues("skipped", d.HintDecision.Reason.String()).Inc()
+	}
+}
+
+func copyHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+	for _, h := range hopHeaders {
+		dst.Del(h)
+	}
+}
+
+// usage is the part of an OpenAI usage object the router reports on.
+type usage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	Details      *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	KVRouter *struct {
+		PeerRestoredTokens int `json:"peer_restored_tokens"`
+	} `json:"kvrouter"`
+}
+
+var errClientGone = errors.New("client went away")
+
+// relaySSE passes a server-sent event stream through event by event,
+// flushing each. onFirst runs at the first data event (the first token);
+// report gets the usage of the chunk that carries one. dropUsage drops a
+// usage-only chunk the client did not ask for.
+func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst func(), report func(*usage)) error {
+	fl, _ := w.(http.Flusher)
+	br := bufio.NewReaderSize(body, 32<<10)
+	var ev []byte
+	first := true
+	emit := func() error {
+		data := eventData(ev)
+		if data != nil && first {
+			first = false
+			onFirst()
+		}
+		if data != nil && !bytes.Equal(data, []byte("[DONE]")) && bytes.Contains(data, []byte(`"usage"`)) {
+			var c struct {
+				Choices []json.RawMessage `json:"choices"`
+				Usage   *usage            `json:"usage"`
+			}
+			if json.Unmarshal(data, &c) == nil && c.Usage != nil {
+				report(c.Usage)
+				if dropUsage && len(c.Choices) == 0 {
+					ev = ev[:0]
+					return nil
+				}
+			}
+		}
+		_, err := w.Write(ev)
+		ev = ev[:0]
+		if err != nil {
+			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return nil
+	}
+	for {
+		line, err := readLine(br)
+		ev = append(ev, line...)
+		if len(line) > 0 && (line[0] == '\n' || line[0] == '\r' && len(line) == 2) {
+			if werr := emit(); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			if len(ev) > 0 {
+				if werr := emit(); werr != nil {
+					return werr
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if errors.Is(err, context.Canceled) {
+				return errClientGone
+			}
+			return err
+		}
+	}
+}
+
+// readLine returns the next line with its newline, however long.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	out := append([]byte(nil), line...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		line, err = br.ReadSlice('\n')
+		out = append(out, line...)
+	}
+	return out, err
+}
+
+// eventData joins the data lines of an event; nil when it has none.
+func eventData(ev []byte) []byte {
+	var data []byte
+	found := false
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		line = bytes.TrimRight(line, "\r")
+		v, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue
+		}
+		v = bytes.TrimPrefix(v, []byte(" "))
+		if found {
+			data = append(data, '\n')
+		} else {
+			data, found = []byte{}, true
+		}
+		data = append(data, v...)
+	}
+	if !found {
+		return nil
+	}
+	return data
+}

@@ -1,0 +1,337 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"kvrouter/internal/bus"
+	"kvrouter/internal/discovery"
+	"kvrouter/internal/hints"
+	"kvrouter/internal/router"
+	"kvrouter/internal/schedule"
+	"kvrouter/internal/tokenizer"
+)
+
+// ErrOptions marks a configuration that cannot start; the message names the
+// flag to fix.
+var ErrOptions = errors.New("bad serve options")
+
+// Hint policy names (--hint-policy).
+const (
+	PolicyCost      = "cost"
+	PolicyMinBlocks = "min-blocks"
+)
+
+// Options configures a router; each field is a `kvrouter serve` flag.
+type Options struct {
+	Listen string
+	// NATS is the URL of an external cluster; empty starts an embedded
+	// server. Bus, when set, is used instead (tests share one).
+	NATS string
+	Bus  *bus.Bus
+	// Registry overrides the NATS key-value registry (tests use
+	// discovery.Memory). Bucket and Lease configure the NATS one.
+	Registry discovery.Registry
+	Bucket   string
+	Lease    time.Duration
+
+	Workers    []WorkerSpec
+	EventsBind string
+
+	Tokenizer       string // TokenizerDefault, TokenizerEngine or a tokenizer.json path
+	TokenizeCache   int
+	ChatTemplate    string
+	TokenizerConfig string
+
+	Weights     schedule.Weights
+	Temperature float64
+
+	HintPolicy            string
+	HintMinBlocks         int
+	HintBandwidthGbps     float64
+	HintSetup             time.Duration
+	HintPrefillTokensPerS float64
+	KVBytesPerToken       int64
+
+	ApproxTTL             time.Duration
+	DetachedOwnerTTL      time.Duration
+	EngineMetricsInterval time.Duration
+	AllowTargetOverride   bool
+	MaxBlocks             int
+
+	// Replica names this router on the load subject (default random).
+	Replica string
+	// PeerEvery and PeerTimeout pace load sharing between replicas.
+	PeerEvery, PeerTimeout time.Duration
+	// Tick paces expiry (approximate blocks, detached owners); block
+	// counts are refreshed every SizeEvery.
+	Tick, SizeEvery time.Duration
+
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Defaults returns the flag defaults.
+func Defaults() Options {
+	return Options{
+		Listen: ":8080", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
+		Tokenizer: TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
+		Weights:    schedule.DefaultWeights(),
+		HintPolicy: PolicyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
+		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
+		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second,
+		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
+	}
+}
+
+// Policy returns the hint policy factory the options describe.
+func (o *Options) Policy() (func(blockSize int) (hints.Policy, error), error) {
+	switch o.HintPolicy {
+	case PolicyMinBlocks:
+		if o.HintMinBlocks < 1 {
+			return nil, fmt.Errorf("%w: --hint-min-blocks %d must be at least 1", ErrOptions, o.HintMinBlocks)
+		}
+		p := hints.MinBlocks(o.HintMinBlocks)
+		return func(int) (hints.Policy, error) { return p, nil }, nil
+	case PolicyCost:
+		f := func(bs int) (hints.Policy, error) {
+			return hints.NewCostPolicy(hints.Rates{
+				BandwidthBytesPerS: o.HintBandwidthGbps * 1e9 / 8,
+				SetupLatency:       o.HintSetup,
+				PrefillTokensPerS:  o.HintPrefillTokensPerS,
+				BytesPerBlock:      o.KVBytesPerToken * int64(bs),
+				BlockSize:          bs,
+			}, nil)
+		}
+		if _, err := f(DefaultBlockSize); err != nil {
+			return nil, fmt.Errorf("%w: --hint-bandwidth-gbps, --hint-setup-ms, --hint-prefill-tokens-per-s and --kv-bytes-per-token must be positive: %v",
+				ErrOptions, err)
+		}
+		return f, nil
+	}
+	return nil, fmt.Errorf("%w: --hint-policy %q: want %s or %s", ErrOptions, o.HintPolicy, PolicyCost, PolicyMinBlocks)
+}
+
+func (o *Options) check() error {
+	w := o.Weights
+	for name, v := range map[string]float64{"--overlap-credit": w.OverlapCredit, "--host-credit": w.HostCredit,
+		"--disk-credit": w.DiskCredit, "--prefill-load-scale": w.PrefillLoadScale, "--request-weight": w.RequestWeight,
+		"--temperature": o.Temperature} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: %s %v must be a non-negative number", ErrOptions, name, v)
+		}
+	}
+	if o.ApproxTTL <= 0 {
+		return fmt.Errorf("%w: --approx-ttl %v must be positive", ErrOptions, o.ApproxTTL)
+	}
+	if o.DetachedOwnerTTL < 0 {
+		return fmt.Errorf("%w: --detached-owner-ttl %v must not be negative", ErrOptions, o.DetachedOwnerTTL)
+	}
+	if o.EngineMetricsInterval < 0 {
+		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", ErrOptions, o.EngineMetricsInterval)
+	}
+	ids := map[string]bool{}
+	for _, s := range o.Workers {
+		if ids[s.ID] {
+			return fmt.Errorf("%w: --worker id %q given twice (set id= to tell them apart)", ErrOptions, s.ID)
+		}
+		ids[s.ID] = true
+	}
+	return nil
+}
+
+// NewTokenizer builds the tokenizer --tokenizer names.
+func (o *Options) NewTokenizer(client *http.Client, r *router.Router) (Tokenizer, error) {
+	if o.Tokenizer == TokenizerEngine {
+		if o.TokenizeCache < 0 {
+			return nil, fmt.Errorf("%w: --tokenize-cache %d must not be negative", ErrOptions, o.TokenizeCache)
+		}
+		return NewEngine(client, func(model string) []string {
+			var urls []string
+			for _, w := range r.WorkersOf(model) {
+				urls = append(urls, w.URL)
+			}
+			return urls
+		}, o.TokenizeCache), nil
+	}
+	tmpl, err := LoadTemplate(o.ChatTemplate, o.TokenizerConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrOptions, err)
+	}
+	if o.Tokenizer == TokenizerDefault || o.Tokenizer == "" {
+		return &Local{Tok: tokenizer.Default(), Template: tmpl}, nil
+	}
+	tok, err := tokenizer.LoadFile(o.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --tokenizer %s: %v", ErrOptions, o.Tokenizer, err)
+	}
+	return &Local{Tok: tok, Template: tmpl}, nil
+}
+
+// NewClient is the HTTP client for workers: no overall timeout (streams
+// last as long as they last; the client's cancellation ends them), a
+// bounded dial, and no compression so that usage can be read on the way.
+func NewClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+}
+
+// Gateway is a running router.
+type Gateway struct {
+	Addr    string // the bound listen address
+	Server  *Server
+	Router  *router.Router
+	Bus     *bus.Bus
+	Metrics *Metrics
+
+	cancel context.CancelFunc
+	http   *http.Server
+	wg     sync.WaitGroup
+	ownBus bool
+}
+
+// Start brings a router up: the decision core, NATS (embedded unless
+// --nats), discovery and relay followers, the --worker fleet, engine
+// metrics, load sharing, and the HTTP listener.
+func Start(ctx context.Context, o Options) (*Gateway, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Replica == "" {
+		o.Replica = newID()[:8]
+	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	policy, err := o.Policy()
+	if err != nil {
+		return nil, err
+	}
+	r, err := router.New(router.Config{Weights: o.Weights, Temperature: o.Temperature, Policy: policy,
+		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrOptions, err)
+	}
+	client := NewClient()
+	tok, err := o.NewTokenizer(client, r)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{Router: r, Metrics: NewMetrics(r.Stats), Bus: o.Bus}
+	if g.Bus == nil {
+		if g.Bus, err = bus.Open(ctx, bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log}); err != nil {
+			return nil, fmt.Errorf("--nats %q: %w", o.NATS, err)
+		}
+		g.ownBus = true
+		if g.Bus.Embedded() {
+			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", g.Bus.URL)
+		}
+	}
+	fail := func(err error) (*Gateway, error) {
+		if g.ownBus {
+			g.Bus.Close()
+		}
+		return nil, err
+	}
+	reg := o.Registry
+	if reg == nil {
+		if reg, err = discovery.OpenNATS(ctx, g.Bus.JS, o.Bucket, o.Lease, o.Log); err != nil {
+			return fail(fmt.Errorf("discovery (--lease must match the agents'): %w", err))
+		}
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fail(fmt.Errorf("--listen %s: %w", o.Listen, err))
+	}
+	g.Addr = ln.Addr().String()
+
+	peers := NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, g.Metrics, o.Log, o.Now)
+	g.Server = &Server{Router: r, Tok: tok, Client: client, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
+		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica}
+	g.http = &http.Server{Handler: g.Server.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	run := func(f func()) { g.wg.Go(f) }
+	run(func() {
+		if err := g.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Log.Error("http server stopped", "err", err)
+		}
+	})
+	disc := &Discovery{Registry: reg, Router: r, NC: g.Bus.Conn, Metrics: g.Metrics, Log: o.Log, Now: o.Now}
+	run(func() { disc.Run(ctx) })
+	fleet := &Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: g.Metrics, Log: o.Log, Now: o.Now}
+	run(func() { fleet.Run(ctx) })
+	run(func() {
+		if err := peers.Run(ctx); err != nil {
+			o.Log.Error("load sharing with replicas stopped", "err", err)
+		}
+	})
+	if o.EngineMetricsInterval > 0 {
+		em := &EngineMetrics{Router: r, Client: client, Interval: o.EngineMetricsInterval, Log: o.Log}
+		run(func() { em.Run(ctx) })
+	}
+	run(func() { housekeep(ctx, r, o) })
+	o.Log.Info("kvrouter serving", "listen", g.Addr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
+	return g, nil
+}
+
+// housekeep expires what has a TTL and recounts block sizes.
+func housekeep(ctx context.Context, r *router.Router, o Options) {
+	tick := time.NewTicker(o.Tick)
+	defer tick.Stop()
+	sizes := time.NewTicker(o.SizeEvery)
+	defer sizes.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			r.Expire(o.Now())
+		case <-sizes.C:
+			r.RefreshSizes()
+		}
+	}
+}
+
+// Close stops serving and every service, waiting for them.
+func (g *Gateway) Close() error {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := g.http.Shutdown(sctx)
+	if err != nil {
+		// Streams still running past the grace period are cut.
+		g.http.Close()
+	}
+	g.cancel()
+	g.wg.Wait()
+	if g.ownBus {
+		g.Bus.Close()
+	}
+	return err
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	g, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return g.Close()
+}

@@ -1,0 +1,264 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"kvrouter/internal/hints"
+	"kvrouter/internal/router"
+	"kvrouter/internal/schedule"
+)
+
+// LoadTracker records requests in flight: the router's own load view and,
+// through it, its peer replicas'.
+type LoadTracker interface {
+	Start(id string, r schedule.Rank, prefillTokens, blocks float64)
+	Prefilled(id string)
+	Finish(id string)
+}
+
+// Server is the HTTP front door.
+type Server struct {
+	Router  *router.Router
+	Tok     Tokenizer
+	Client  *http.Client
+	Metrics *Metrics
+	Log     *slog.Logger
+	Now     func() time.Time
+	Load    LoadTracker
+	// AllowTargetOverride lets x-kvrouter-target force the worker.
+	AllowTargetOverride bool
+	// MaxBody bounds a request body in bytes.
+	MaxBody int64
+	// Replica names this router among its peers; load ids carry it.
+	Replica string
+
+	seq atomic.Uint64
+}
+
+// DefaultMaxBody bounds request bodies unless Server.MaxBody says otherwise.
+const DefaultMaxBody = 32 << 20
+
+// Handler routes the front door, the metrics and the operator views.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.inference(KindCompletion))
+	mux.HandleFunc("POST /v1/chat/completions", s.inference(KindChat))
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", s.Metrics.Handler())
+	mux.HandleFunc("GET /debug/workers", s.debugWorkers)
+	mux.HandleFunc("POST /debug/route", s.debugRoute)
+	return mux
+}
+
+// apiError is an error for a client, OpenAI-style.
+type apiError struct {
+	status  int
+	kind    string
+	message string
+	outcome string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func badRequest(err error) *apiError {
+	return &apiError{http.StatusBadRequest, "invalid_request_error", err.Error(), outcomeBadRequest}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	type body struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Param   any    `json:"param"`
+		Code    int    `json:"code"`
+	}
+	writeJSON(w, e.status, map[string]body{"error": {Message: e.message, Type: e.kind, Code: e.status}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// prepared is a request read, stripped and tokenized, ready for decisions.
+type prepared struct {
+	kind      Kind
+	body      []byte // client hints stripped
+	req       *Request
+	tokens    []uint32
+	forced    string
+	id        string // the request id: X-Request-Id or made up
+	tokenized time.Duration
+}
+
+// readBody reads a request body up to the size limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	limit := s.MaxBody
+	if limit <= 0 {
+		limit = DefaultMaxBody
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &apiError{http.StatusRequestEntityTooLarge, "invalid_request_error",
+				fmt.Sprintf("request body exceeds %d bytes", limit), outcomeBadRequest}
+		}
+		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "reading the body: " + err.Error(), outcomeCanceled}
+	}
+	return body, nil
+}
+
+// prepare does everything before the routing decision. Stripping client
+// hints comes first: nothing downstream may see them.
+func (s *Server) prepare(r *http.Request, body []byte, kind Kind) (*prepared, *apiError) {
+	var err error
+	if body, _, err = hints.Strip(body); err != nil {
+		return nil, badRequest(fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	req, err := ParseRequest(kind, body)
+	if err != nil {
+		return nil, badRequest(err)
+	}
+	p := &prepared{kind: kind, body: body, req: req, id: r.Header.Get(headerRequestID)}
+	if p.id == "" {
+		p.id = newID()
+	}
+	if p.forced = r.Header.Get(headerTarget); p.forced != "" && !s.AllowTargetOverride {
+		return nil, &apiError{http.StatusForbidden, "permission_error",
+			headerTarget + " is disabled on this router; start it with --allow-target-override to force a worker", outcomeBadRequest}
+	}
+	start := time.Now()
+	p.tokens, err = s.Tok.Tokenize(r.Context(), req)
+	p.tokenized = time.Since(start)
+	s.Metrics.tokenize.Observe(p.tokenized.Seconds())
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return nil, badRequest(err)
+	case err != nil && r.Context().Err() != nil:
+		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "canceled", outcomeCanceled}
+	case err != nil:
+		// Route on load alone rather than fail a request the engine
+		// would serve.
+		s.Metrics.tokenizeErrors.WithLabelValues("engine").Inc()
+		s.Log.Warn("tokenization failed; routing on load alone", "model", req.Model, "err", err)
+		p.tokens = nil
+	case p.tokens == nil:
+		s.Metrics.tokenizeErrors.WithLabelValues("unsupported_content").Inc()
+	}
+	return p, nil
+}
+
+// decide runs the decision core on a prepared request.
+func (s *Server) decide(p *prepared, exclude []string, explain bool) (*router.Decision, time.Duration, *apiError) {
+	start := time.Now()
+	d, err := s.Router.Decide(router.Request{Model: p.req.Model, Tokens: p.tokens, Salt: p.req.Salt,
+		Exclude: exclude, Target: p.forced, Explain: explain})
+	took := time.Since(start)
+	s.Metrics.decision.Observe(took.Seconds())
+	var me *router.ModelError
+	switch {
+	case errors.As(err, &me):
+		return nil, took, &apiError{http.StatusNotFound, "not_found_error", me.Error(), outcomeNoWorker}
+	case errors.Is(err, router.ErrNoWorker) && p.forced != "":
+		return nil, took, &apiError{http.StatusNotFound, "not_found_error", err.Error(), outcomeNoWorker}
+	case err != nil:
+		return nil, took, &apiError{http.StatusServiceUnavailable, "service_unavailable", err.Error(), outcomeNoWorker}
+	}
+	return d, took, nil
+}
+
+func (s *Server) inference(kind Kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, aerr := s.readBody(w, r)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		p, aerr := s.prepare(r, body, kind)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		var exclude []string
+		for {
+			d, _, aerr := s.decide(p, exclude, false)
+			if aerr != nil {
+				s.fail(w, aerr)
+				return
+			}
+			res := s.send(w, r, p, d)
+			if res.refused && exclude == nil && p.forced == "" {
+				// Nothing reached the client yet: one more try elsewhere.
+				s.Log.Warn("worker refused the connection; retrying on another", "worker", d.Target.Worker.ID, "request", p.id)
+				s.Metrics.retries.Inc()
+				exclude = []string{d.Target.Worker.ID}
+				continue
+			}
+			if res.refused {
+				res.err = &apiError{http.StatusBadGateway, "upstream_error",
+					fmt.Sprintf("worker %s refused the connection", d.Target.Worker.ID), outcomeUpstreamError}
+			}
+			if res.err != nil {
+				s.fail(w, res.err)
+				return
+			}
+			s.Metrics.requests.WithLabelValues(res.outcome).Inc()
+			return
+		}
+	}
+}
+
+func (s *Server) fail(w http.ResponseWriter, e *apiError) {
+	s.Metrics.requests.WithLabelValues(e.outcome).Inc()
+	if e.outcome != outcomeCanceled {
+		writeError(w, e)
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	type card struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	data := []card{}
+	for _, m := range s.Router.Models() {
+		data = append(data, card{ID: m, Object: "model", OwnedBy: "kvrouter"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	st := s.Router.Stats()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status":         "ok",
+		"workers":        st.WorkersByMode[router.ModeEvents] + st.WorkersByMode[router.ModeApproximate],
+		"models":         s.Router.Models(),
+		"discovery_live": st.DiscoveryLive,
+	})
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
