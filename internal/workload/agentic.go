@@ -1,10 +1,8 @@
 package workload
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -166,7 +164,7 @@ func Agentic(cfg AgenticConfig) ([]Request, error) {
 	}
 	// Session-major order before the stable sort makes ties resolve by
 	// session, then turn.
-	slices.SortStableFunc(reqs, func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	sortByArrival(reqs)
 	return reqs, nil
 }
 
