@@ -28,8 +28,9 @@ func (ix *Index) Dump(src Source) []Op {
 		tiers  uint32
 	}
 	s.mu.Lock()
-	ents := make([]entry, 0, len(s.engine))
-	for e, seq := range s.engine {
+	ents := make([]entry, 0, s.engine.len())
+	for _, es := range s.engine.entries(nil) {
+		e, seq := es.e, es.seq
 		sh := &ix.shards[shardOf(seq)]
 		sh.mu.RLock()
 		if pos, w, ok := sh.holds(seq, s.id, e); ok {

@@ -101,7 +101,7 @@ func (ix *Index) evict() {
 		s.mu.Lock()
 		if !s.gone {
 			for _, se := range list {
-				if s.engine[se.e] != se.seq {
+				if seq, _ := s.engine.get(se.e); seq != se.seq {
 					continue
 				}
 				sh := &ix.shards[shardOf(se.seq)]
@@ -109,7 +109,7 @@ func (ix *Index) evict() {
 				_, _, held := sh.holds(se.seq, s.id, se.e)
 				sh.mu.RUnlock()
 				if !held {
-					delete(s.engine, se.e)
+					s.engine.del(se.e)
 				}
 			}
 		}

@@ -23,6 +23,7 @@ package index
 
 import (
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -147,7 +148,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	case op.Seqs != nil:
 		stamp = ix.epoch()
 	case op.HasParent:
-		pseq, ok := s.engine[op.Parent]
+		pseq, ok := s.engine.get(op.Parent)
 		if ok {
 			sh := &ix.shards[shardOf(pseq)]
 			sh.mu.RLock()
@@ -171,13 +172,14 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		// and eviction in recency order takes descendants first.
 		stamp = ix.epoch()
 	}
-	bit := uint32(1) << op.Tier
-	for i, e := range op.Hashes {
+	// Identities first, so that the cache misses of the blocks' engine-map
+	// entries and table slots can be taken together, not one by one.
+	seqs := s.seqs[:0]
+	for i := range op.Hashes {
 		var seq uint64
-		d := depth + uint32(i)
 		switch {
 		case op.Seqs != nil:
-			seq, d = op.Seqs[i], op.Depths[i]
+			seq = op.Seqs[i]
 		case i == 0 && !op.HasParent:
 			seq = op.Local[0]
 		default:
@@ -187,9 +189,47 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		if seq == 0 {
 			seq = zeroSeq
 		}
-		conf = ix.hold(s, seq, d, stamp, bit, e, conf)
+		seqs = append(seqs, seq)
+	}
+	s.seqs = seqs
+	if len(seqs) > 1 {
+		ix.prefetch(s, op.Hashes, seqs)
+	}
+	bit := uint32(1) << op.Tier
+	for i, e := range op.Hashes {
+		d := depth + uint32(i)
+		if op.Seqs != nil {
+			d = op.Depths[i]
+		}
+		conf = ix.hold(s, seqs[i], d, stamp, bit, e, conf)
 	}
 	return conf, nil
+}
+
+// prefetch loads the engine-map entries and table slots a store is about to
+// update. Lookups issued back to back overlap their misses; the slots are
+// read under the shards' read locks, taken in ascending order like Match.
+func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
+	var sink uint64
+	for _, e := range hashes {
+		sink += s.engine.touch(e)
+	}
+	var locked uint64
+	for _, seq := range seqs {
+		locked |= 1 << shardOf(seq)
+	}
+	for m := locked; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros64(m)].mu.RLock()
+	}
+	for _, seq := range seqs {
+		if sh := &ix.shards[shardOf(seq)]; len(sh.tab) > 0 {
+			sink += sh.tab[seq&uint64(len(sh.tab)-1)].seq
+		}
+	}
+	for m := locked; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros64(m)].mu.RUnlock()
+	}
+	s.sink = sink
 }
 
 // hold records that s holds identity seq on the tier bit under engine hash e.
@@ -227,17 +267,19 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 			ix.conf.add(s.id, id)
 		}
 	}
-	if rehashed && s.engine[prevE] == seq {
-		delete(s.engine, prevE)
+	if rehashed {
+		if old, _ := s.engine.get(prevE); old == seq {
+			s.engine.del(prevE)
+		}
 	}
-	if old, ok := s.engine[e]; ok && old != seq {
+	if old, ok := s.engine.get(e); ok && old != seq {
 		// The source reused an engine hash for another identity: the last
 		// store wins, and the old block cannot be named by it anymore.
 		if _, held := ix.unhold(s, old, e, tierMask); held {
 			ix.remapped.Add(1)
 		}
 	}
-	s.engine[e] = seq
+	s.engine.put(e, seq)
 	return conf
 }
 
@@ -263,7 +305,7 @@ func (ix *Index) unhold(s *source, seq uint64, e uint64, tiers uint32) (gone, he
 
 func (ix *Index) remove(s *source, hashes []uint64, tiers uint32) {
 	for _, e := range hashes {
-		seq, ok := s.engine[e]
+		seq, ok := s.engine.get(e)
 		if !ok {
 			ix.unknownRemove.Add(1)
 			continue
@@ -273,20 +315,22 @@ func (ix *Index) remove(s *source, hashes []uint64, tiers uint32) {
 			ix.unknownRemove.Add(1) // stale: evicted by the index
 		}
 		if gone || !held {
-			delete(s.engine, e)
+			s.engine.del(e)
 		}
 	}
 }
 
 func (ix *Index) clear(s *source, tiers uint32) {
-	for e, seq := range s.engine {
-		if gone, held := ix.unhold(s, seq, e, tiers); gone || !held {
-			delete(s.engine, e)
+	s.scratch = s.engine.entries(s.scratch[:0])
+	for _, es := range s.scratch {
+		if gone, held := ix.unhold(s, es.seq, es.e, tiers); gone || !held {
+			s.engine.del(es.e)
 		}
 	}
-	if len(s.engine) == 0 {
-		s.engine = make(map[uint64]uint64) // maps never shrink
+	if s.engine.len() == 0 {
+		s.engine.reset()
 	}
+	s.scratch = nil
 }
 
 // RemoveSource drops everything src holds and forgets it (a worker left).
@@ -351,9 +395,9 @@ type Stats struct {
 	ConflictStores uint64
 }
 
-// perEngineEntry estimates a Go map[uint64]uint64 entry with its control
-// byte and load-factor slack.
-const perEngineEntry = 26
+// perEngineEntry estimates an engineTable entry: a 16-byte slot at the
+// table's average load.
+const perEngineEntry = 28
 
 // Stats returns a snapshot; Bytes is an estimate (the benchmark measures
 // the heap).

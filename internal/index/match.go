@@ -367,15 +367,15 @@ func (sc *scratch) step(i uint32, prev, cur []uint32) {
 // stepDense is step over tier-mask words: one word covers eight sources.
 func (sc *scratch) stepDense(i uint32, prev, cur []uint32) {
 	for k := 0; k < max(len(prev), len(cur)); k++ {
-		for k+16 <= len(prev) && k+16 <= len(cur) && [16]uint32(prev[k:k+16]) == [16]uint32(cur[k:k+16]) {
-			k += 16
-		}
 		var p, c uint32
 		if k < len(prev) {
 			p = prev[k]
 		}
 		if k < len(cur) {
 			c = cur[k]
+		}
+		if p == c {
+			continue
 		}
 		for d := p ^ c; d != 0; {
 			j := uint32(bits.TrailingZeros32(d)) / 4

@@ -485,7 +485,7 @@ func checkInvariants(t *testing.T, ix *Index) {
 				if s == nil {
 					t.Fatalf("holder of unknown source %d", id)
 				}
-				if seq, ok := s.engine[sh.engineOf(n, w)]; !ok || seq != n.seq {
+				if seq, ok := s.engine.get(sh.engineOf(n, w)); !ok || seq != n.seq {
 					t.Fatalf("holder %s without engine entry", s.key)
 				}
 			}
@@ -509,7 +509,11 @@ func checkInvariants(t *testing.T, ix *Index) {
 			continue
 		}
 		held += s.held.Load()
-		for e, seq := range s.engine {
+		if s.engine.len() != int(s.held.Load()) {
+			t.Fatalf("%s: %d engine entries, holds %d", s.key, s.engine.len(), s.held.Load())
+		}
+		for _, es := range s.engine.entries(nil) {
+			e, seq := es.e, es.seq
 			sh := &ix.shards[shardOf(seq)]
 			sh.mu.RLock()
 			_, _, ok := sh.holds(seq, s.id, e)

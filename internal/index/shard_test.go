@@ -150,3 +150,55 @@ func TestSelectKth(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineTable checks the per-source engine-hash table against a map,
+// with hashes that collide on purpose.
+func TestEngineTable(t *testing.T) {
+	cases := []struct {
+		name string
+		key  func(r *rand.Rand) uint64
+	}{
+		{"uniform", func(r *rand.Rand) uint64 { return r.Uint64() }},
+		{"small", func(r *rand.Rand) uint64 { return uint64(r.IntN(300)) }},
+		{"multiples", func(r *rand.Rand) uint64 { return uint64(r.IntN(300)) << 40 }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, 5))
+			var tab engineTable
+			want := make(map[uint64]uint64)
+			for step := range 6000 {
+				e := c.key(r)
+				switch r.IntN(3) {
+				case 0, 1:
+					seq := r.Uint64() | 1
+					tab.put(e, seq)
+					want[e] = seq
+				default:
+					tab.del(e)
+					delete(want, e)
+				}
+				if step%101 == 0 || step > 5900 {
+					if tab.len() != len(want) {
+						t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(want))
+					}
+					for e, seq := range want {
+						if got, ok := tab.get(e); !ok || got != seq {
+							t.Fatalf("step %d: get(%#x) = %#x %v, want %#x", step, e, got, ok, seq)
+						}
+					}
+					if got := tab.entries(nil); len(got) != len(want) {
+						t.Fatalf("step %d: %d entries, want %d", step, len(got), len(want))
+					}
+				}
+			}
+			if _, ok := tab.get(1 << 63); ok && want[1<<63] == 0 {
+				t.Fatalf("found an absent key")
+			}
+			tab.reset()
+			if tab.len() != 0 || tab.bytes() != 0 {
+				t.Fatalf("reset kept %d entries", tab.len())
+			}
+		})
+	}
+}

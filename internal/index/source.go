@@ -77,9 +77,12 @@ type source struct {
 	// engine maps the source's engine hashes to the identities it stored
 	// them at. An entry may be stale (the evictor removed the holder and
 	// has not cleaned up yet): readers verify against the node.
-	engine map[uint64]uint64
-	held   atomic.Int64 // nodes this source holds, on any tier
-	gone   bool         // removed; an Apply that raced with removal re-resolves
+	engine  engineTable
+	held    atomic.Int64 // nodes this source holds, on any tier
+	gone    bool         // removed; an Apply that raced with removal re-resolves
+	seqs    []uint64     // store scratch
+	scratch []engineSlot
+	sink    uint64
 }
 
 // registry interns sources into small ids: holder words carry the id, not
@@ -129,7 +132,7 @@ func (r *registry) resolve(key Source) (*source, error) {
 			return nil, fmt.Errorf("%w: more than %d sources", ErrSource, maxSourceID+1)
 		}
 	}
-	s := &source{id: id, key: key, engine: make(map[uint64]uint64)}
+	s := &source{id: id, key: key}
 	byID := make([]*source, max(len(old), int(id)+1))
 	copy(byID, old)
 	byID[id] = s
