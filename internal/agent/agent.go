@@ -126,7 +126,8 @@ func (a *Agent) Stats() Stats {
 
 // Run reads and validates the engine's configuration, registers the
 // worker and relays its inventory until ctx ends; then it announces the
-// sources gone and deregisters. It returns nil after a clean stop.
+// sources gone and deregisters. It returns nil after a clean stop. Run an
+// Agent once.
 func (a *Agent) Run(ctx context.Context) error {
 	d, err := a.descriptor(ctx)
 	if err != nil {
@@ -258,7 +259,7 @@ func (a *Agent) openBus(ctx context.Context) (*bus.Bus, error) {
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, fmt.Errorf("agent: NATS unreachable at %s for --nats-timeout %v: check --nats: %w", a.cfg.NATSURL, a.cfg.NATSTimeout, err)
+				return nil, fmt.Errorf("agent: gave up after --nats-timeout %v: %w", a.cfg.NATSTimeout, err)
 			}
 			return nil, ctx.Err()
 		case <-time.After(a.cfg.Backoff.Delay(attempt)):

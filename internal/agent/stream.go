@@ -46,7 +46,10 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 		go func(dp int) {
 			defer wg.Done()
 			if err := sub.Run(ctx, out); err != nil {
-				errs <- fmt.Errorf("agent: KV events of DP rank %d at %s: %w", dp, cfg.Endpoint, err)
+				select { // the first failure stops the agent
+				case errs <- fmt.Errorf("agent: KV events of DP rank %d at %s (kv_events_config): %w", dp, cfg.Endpoint, err):
+				default:
+				}
 			}
 		}(ev.DPRank)
 		go func(dp int) {
