@@ -83,7 +83,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDecDrop, ds.DroppedMedium, "medium")
 	counter(descDecDrop, ds.DroppedOwnership, "ownership")
 	counter(descDecDrop, ds.UnknownTags, "unknown_tag")
-	counter(descDecDrop, ds.Rejected, "batch")
 	for src, r := range core.Readiness() {
 		gauge(descReady, b2f(r), src.String())
 	}
