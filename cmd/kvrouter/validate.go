@@ -21,6 +21,7 @@ type validateFlags struct {
 	config        string
 	dpStart       int
 	advertiseHost string
+	singleHost    bool
 }
 
 // validateCmd takes the file reader and resolver so tests can pin them.
@@ -66,6 +67,7 @@ on stderr and exits 1.`,
 	fl.StringVar(&f.config, "config", "", "path of the configuration JSON file (required)")
 	fl.IntVar(&f.dpStart, "dp-start", -1, "first global DP rank this worker serves; -1 takes it from the configuration (vLLM data_parallel_rank or data_parallel_start_rank, SGLang 0)")
 	fl.StringVar(&f.advertiseHost, "advertise-host", "", "host subscribers dial for KV event endpoints bound to a wildcard such as tcp://*:5557; empty uses the runner's advertised host, else the engine's host argument, else 127.0.0.1")
+	fl.BoolVar(&f.singleHost, "single-host", false, "every worker of the deployment runs on this one machine, so loopback advertise hosts are dialable by all peers (as kvrouter agent --single-host)")
 	_ = cmd.MarkFlagRequired("engine") // only fails for an unknown flag name
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
@@ -80,7 +82,7 @@ func runValidate(w io.Writer, f validateFlags, readFile func(string) ([]byte, er
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	opt := workerconfig.Options{AdvertiseHost: f.advertiseHost, ReadFile: readFile, Resolve: resolve}
+	opt := workerconfig.Options{AdvertiseHost: f.advertiseHost, ReadFile: readFile, Resolve: resolve, AllowLoopback: f.singleHost}
 	if f.dpStart >= 0 {
 		opt.DPStart = &f.dpStart
 	}

@@ -45,6 +45,7 @@ func TestValidateCommand(t *testing.T) {
 		{name: "vllm two ranks", args: []string{"--engine", "vllm", "--config", "vllm_dp2.json"}, golden: "vllm_dp2.golden"},
 		{name: "loopback host", args: []string{"--engine", "sglang", "--config", "sglang_loopback.json"},
 			wantErr: []string{"sglang_loopback.json", "advertise_host", "loopback", "--hicache-storage-backend-extra-config"}, wantIs: workerconfig.ErrUndialableHost},
+		{name: "loopback host on a single host", args: []string{"--engine", "sglang", "--config", "sglang_loopback.json", "--single-host"}, golden: "sglang_loopback_single_host.golden"},
 		{name: "unknown engine", args: []string{"--engine", "trtllm", "--config", "sglang_pp2.json"}, wantErr: []string{"--engine", "trtllm"}, wantIs: workerconfig.ErrInvalidConfig},
 		{name: "missing file", args: []string{"--engine", "vllm", "--config", "nope.json"}, wantErr: []string{"--config", "nope.json"}, wantIs: os.ErrNotExist},
 		{name: "flags required", args: []string{"--engine", "vllm"}, wantErr: []string{"config"}},

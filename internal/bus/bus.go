@@ -75,7 +75,7 @@ func Open(ctx context.Context, opts Options) (*Bus, error) {
 	)
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("%w at %s (check --nats, or omit it to use the embedded server): %v", ErrUnreachable, b.URL, err)
+		return nil, fmt.Errorf("%w at %s (check the NATS URL and that the server runs with JetStream enabled): %v", ErrUnreachable, b.URL, err)
 	}
 	b.Conn = conn
 	js, err := jetstream.New(conn)

@@ -195,3 +195,30 @@ func TestRuntimeDataOrder(t *testing.T) {
 		t.Fatalf("map = %v, %v", m, err)
 	}
 }
+
+func TestNATSRecreatesLostBucket(t *testing.T) {
+	ctx := context.Background()
+	b, err := bus.Open(ctx, bus.Options{Name: "discovery-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	n, err := OpenNATS(ctx, b.JS, "", time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a server restart does to a memory-storage bucket.
+	if err := b.JS.DeleteKeyValue(ctx, DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Put(ctx, worker("again:1")); err != nil {
+		t.Fatalf("put after the bucket was lost: %v", err)
+	}
+	ch, err := n.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := next(t, ch); c.Op != OpPut || c.ID != "again:1" {
+		t.Fatalf("got %+v, want the re-registered worker", c)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,8 +17,12 @@ const DefaultBucket = "kvrouter_workers"
 
 // NATS is a Registry in a JetStream key-value bucket whose TTL is the lease.
 type NATS struct {
-	kv  jetstream.KeyValue
+	js  jetstream.JetStream
+	cfg jetstream.KeyValueConfig
 	log *slog.Logger
+
+	mu sync.Mutex
+	kv jetstream.KeyValue
 }
 
 var _ Registry = (*NATS)(nil)
@@ -34,19 +39,39 @@ func OpenNATS(ctx context.Context, js jetstream.JetStream, bucket string, ttl ti
 	if log == nil {
 		log = slog.Default()
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	n := &NATS{js: js, log: log, cfg: jetstream.KeyValueConfig{
 		Bucket:  bucket,
 		TTL:     ttl,
 		History: 1,
+		// Registrations live no longer than a lease, so memory storage
+		// loses nothing a restarted server would need: agents re-announce
+		// at their next refresh, recreating the bucket (see Put).
 		Storage: jetstream.MemoryStorage,
 		// Markers make expiries visible to watchers, which is how a router
 		// learns that an agent stopped heartbeating.
 		LimitMarkerTTL: ttl,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("discovery: bucket %q: %w", bucket, err)
+	}}
+	if _, err := n.open(ctx); err != nil {
+		return nil, err
 	}
-	return &NATS{kv: kv, log: log}, nil
+	return n, nil
+}
+
+func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := n.js.CreateOrUpdateKeyValue(ctx, n.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: bucket %q: %w", n.cfg.Bucket, err)
+	}
+	n.mu.Lock()
+	n.kv = kv
+	n.mu.Unlock()
+	return kv, nil
+}
+
+func (n *NATS) bucket() jetstream.KeyValue {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.kv
 }
 
 // Put implements Registry.
@@ -58,7 +83,15 @@ func (n *NATS) Put(ctx context.Context, w Worker) error {
 	if err != nil {
 		return fmt.Errorf("discovery: encode %q: %w", w.ID, err)
 	}
-	if _, err := n.kv.Put(ctx, keyFor(w.ID), raw); err != nil {
+	_, err = n.bucket().Put(ctx, keyFor(w.ID), raw)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		// The server restarted and lost the in-memory bucket.
+		var kv jetstream.KeyValue
+		if kv, err = n.open(ctx); err == nil {
+			_, err = kv.Put(ctx, keyFor(w.ID), raw)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("discovery: put %q: %w", w.ID, err)
 	}
 	return nil
@@ -66,10 +99,11 @@ func (n *NATS) Put(ctx context.Context, w Worker) error {
 
 // Delete implements Registry.
 func (n *NATS) Delete(ctx context.Context, id string) error {
-	if _, err := n.kv.Get(ctx, keyFor(id)); errors.Is(err, jetstream.ErrKeyNotFound) {
+	kv := n.bucket()
+	if _, err := kv.Get(ctx, keyFor(id)); errors.Is(err, jetstream.ErrKeyNotFound) {
 		return ErrNotFound
 	}
-	if err := n.kv.Delete(ctx, keyFor(id)); err != nil {
+	if err := kv.Delete(ctx, keyFor(id)); err != nil {
 		return fmt.Errorf("discovery: delete %q: %w", id, err)
 	}
 	return nil
@@ -77,7 +111,7 @@ func (n *NATS) Delete(ctx context.Context, id string) error {
 
 // Watch implements Registry.
 func (n *NATS) Watch(ctx context.Context) (<-chan Change, error) {
-	w, err := n.kv.WatchAll(ctx)
+	w, err := n.bucket().WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: watch: %w", err)
 	}
