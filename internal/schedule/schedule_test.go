@@ -9,7 +9,7 @@ func TestScoreTerms(t *testing.T) {
 	w := DefaultWeights()
 	s := Score(w, 10, 16, []Candidate{
 		{Worker: "a", DeviceOverlap: 4, HostOverlap: 4, DiskOverlap: 4}, // 10-4-3-1 = 2
-		{Worker: "b", DeviceOverlap: 12},                                 // clamps at 0
+		{Worker: "b", DeviceOverlap: 12},                                // clamps at 0
 		{Worker: "c", ActivePrefillTokens: 32, ActiveDecodeBlocks: 5, ActiveRequests: 3},
 	})
 	cases := []struct {
