@@ -54,8 +54,9 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	}
 	var seq uint64
 	reached := 0
-	for base := 0; base < len(local); base += matchBatch {
-		ents := sc.ents[:min(matchBatch, len(local)-base)]
+	batch := firstBatch
+	for base := 0; base < len(local); base, batch = base+batch, min(2*batch, len(sc.ents)) {
+		ents := sc.ents[:min(batch, len(local)-base)]
 		for k := range ents {
 			if i := base + k; i == 0 {
 				seq = local[0]
@@ -93,10 +94,14 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	return sc.results(dst, srcs, uint32(reached))
 }
 
-// matchBatch is how many blocks Match looks up at once: past the point
-// where no source extends the prefix it wastes at most that many lookups,
-// and within a batch the cache misses of the lookups overlap.
-const matchBatch = 16
+// Match looks blocks up in batches: within a batch the cache misses of the
+// lookups overlap; past the point where no source extends the prefix a
+// batch wastes its remaining lookups. Batches start small, for requests
+// that match little, and double up to maxBatch.
+const (
+	firstBatch = 8
+	maxBatch   = 64
+)
 
 // batchEnt is one block of a lookup batch.
 type batchEnt struct {
@@ -197,7 +202,7 @@ type scratch struct {
 	gen       uint32
 	st        []srcState
 	alive     int
-	ents      [matchBatch]batchEnt
+	ents      [maxBatch]batchEnt
 	hbuf      []uint32    // holders of the batch
 	abuf      []altHolder // alt holders of the batch
 	prev      []uint32    // holders of the previous block
