@@ -159,10 +159,10 @@ type loadJSON struct {
 }
 
 type engineLoadJSON struct {
-	Running  float64 `json:"running"`
-	Waiting  float64 `json:"waiting"`
-	KVUsage  float64 `json:"kv_usage"`
-	KVBlocks float64 `json:"kv_blocks,omitempty"`
+	Running      float64 `json:"running"`
+	Waiting      float64 `json:"waiting"`
+	KVUsage      float64 `json:"kv_usage"`
+	KVUsedBlocks float64 `json:"kv_used_blocks"`
 }
 
 type rankJSON struct {
@@ -235,7 +235,7 @@ func (s *Server) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 			rj := rankJSON{DPRank: rv.Rank, Endpoint: rv.Endpoint, Ready: rv.Ready, Blocks: blocksOf(rv.Blocks),
 				InFlight: loadJSON{rv.Load.PrefillTokens, rv.Load.DecodeBlocks, rv.Load.Requests}}
 			if e := rv.Engine; e != nil {
-				rj.Engine = &engineLoadJSON{e.Running, e.Waiting, e.KVUsage, e.KVBlocks}
+				rj.Engine = &engineLoadJSON{e.Running, e.Waiting, e.KVUsage, e.KVUsedBlocks}
 			}
 			wj.Ranks = append(wj.Ranks, rj)
 		}

@@ -38,6 +38,7 @@ const (
 	emSGLRunning      = "sglang:num_running_reqs"
 	emSGLWaiting      = "sglang:num_queue_reqs"
 	emSGLTokenUsage   = "sglang:token_usage"
+	emSGLUsedTokens   = "sglang:num_used_tokens"
 	emMockRunning     = "kvrouter_mocker_requests_running"
 	emMockWaiting     = "kvrouter_mocker_requests_waiting"
 	emMockUsed        = "kvrouter_mocker_gpu_kv_blocks_used"
@@ -103,8 +104,10 @@ func (e *EngineMetrics) fetch(ctx context.Context, w router.Worker) (map[int]rou
 }
 
 // ParseEngineMetrics reads the load of each of w's ranks from a Prometheus
-// text exposition. Series without a rank label describe the whole engine
-// and are spread evenly over its ranks.
+// text exposition. Blocks in use come from whichever figures the engine
+// gives: vLLM's usage fraction times num_gpu_blocks, SGLang's used tokens
+// over the block size, the simulated engine's used blocks. Series without a
+// rank label describe the whole engine and are spread evenly over its ranks.
 func ParseEngineMetrics(text []byte, w router.Worker) map[int]router.EngineLoad {
 	per := map[int]*engineAcc{}
 	whole := &engineAcc{}
@@ -131,31 +134,36 @@ func ParseEngineMetrics(text []byte, w router.Worker) map[int]router.EngineLoad 
 		case emVLLMWaiting, emSGLWaiting, emMockWaiting:
 			a.waiting += value
 		case emVLLMKVUsage, emVLLMKVUsageOld, emSGLTokenUsage:
-			a.usage, a.hasUsage = value, true
+			a.usage = value
+		case emSGLUsedTokens:
+			a.usedBlocks += value / float64(w.BlockSize)
 		case emMockUsed:
-			a.used, a.hasUsed = a.used+value, true
+			a.usedBlocks += value
 		case emMockTotal:
-			a.total += value
+			a.totalBlocks += value
 		case emVLLMCacheConfig:
 			if n, err := strconv.ParseFloat(labels[emLabelNumBlocks], 64); err == nil {
-				a.blocks = n
+				a.totalBlocks = n
 			}
 		}
 	}
 	if sc.Err() != nil {
 		return nil
 	}
-	out := map[int]router.EngineLoad{}
-	fill := func(a *engineAcc, div float64) router.EngineLoad {
-		l := router.EngineLoad{Running: a.running / div, Waiting: a.waiting / div, KVUsage: a.usage, KVBlocks: a.blocks / div}
-		if a.hasUsed && a.total > 0 {
-			l.KVUsage, l.KVBlocks = a.used/a.total, a.total/div
+	load := func(a *engineAcc, share float64) router.EngineLoad {
+		l := router.EngineLoad{Running: a.running * share, Waiting: a.waiting * share, KVUsage: a.usage,
+			KVUsedBlocks: a.usedBlocks * share}
+		if l.KVUsedBlocks == 0 {
+			l.KVUsedBlocks = a.usage * a.totalBlocks * share
+		} else if a.totalBlocks > 0 {
+			l.KVUsage = a.usedBlocks / a.totalBlocks
 		}
 		return l
 	}
+	out := map[int]router.EngineLoad{}
 	if len(per) == 0 {
 		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
-			out[r] = fill(whole, float64(w.DPSize))
+			out[r] = load(whole, 1/float64(w.DPSize))
 		}
 		return out
 	}
@@ -163,18 +171,18 @@ func ParseEngineMetrics(text []byte, w router.Worker) map[int]router.EngineLoad 
 		if !w.HasRank(r) {
 			continue
 		}
-		if a.blocks == 0 {
-			a.blocks = whole.blocks / float64(w.DPSize)
+		if a.totalBlocks == 0 {
+			// vLLM states its block count once for all ranks.
+			a.totalBlocks = whole.totalBlocks / float64(w.DPSize)
 		}
-		out[r] = fill(a, 1)
+		out[r] = load(a, 1)
 	}
 	return out
 }
 
 // engineAcc sums one rank's (or the whole engine's) samples.
 type engineAcc struct {
-	running, waiting, usage, used, total, blocks float64
-	hasUsage, hasUsed                            bool
+	running, waiting, usage, usedBlocks, totalBlocks float64
 }
 
 func rankAcc(m map[int]*engineAcc, r int) *engineAcc {

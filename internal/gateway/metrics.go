@@ -25,15 +25,15 @@ const (
 type Metrics struct {
 	reg *prometheus.Registry
 
-	requests      *prometheus.CounterVec
-	retries       prometheus.Counter
-	decision      prometheus.Histogram
-	tokenize      prometheus.Histogram
+	requests       *prometheus.CounterVec
+	retries        prometheus.Counter
+	decision       prometheus.Histogram
+	tokenize       prometheus.Histogram
 	tokenizeErrors *prometheus.CounterVec
-	overlap       prometheus.Histogram
-	hints         *prometheus.CounterVec
-	cachedTokens  *prometheus.CounterVec
-	peerRestored  *prometheus.CounterVec
+	overlap        prometheus.Histogram
+	hints          *prometheus.CounterVec
+	cachedTokens   *prometheus.CounterVec
+	peerRestored   *prometheus.CounterVec
 
 	eventLag      prometheus.Histogram
 	eventGaps     *prometheus.CounterVec
@@ -68,7 +68,7 @@ func NewMetrics(stats func() router.Stats) *Metrics {
 	m.peerRestored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_peer_restored_tokens_total",
 		Help: "Prompt tokens workers reported as pulled from a peer (usage.kvrouter.peer_restored_tokens), by whether a hint was sent."}, []string{"hinted"})
 	m.eventLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_event_lag_seconds",
-		Help: "Delay from an engine stamping an event batch to the router applying it (engine clocks permitting).",
+		Help:    "Delay from an engine stamping an event batch to the router applying it (engine clocks permitting).",
 		Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
 	m.eventGaps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_event_gaps_total",
 		Help: "Engine event stream sequence gaps, restarts and unrecoverable losses, by kind."}, []string{"kind"})

@@ -269,7 +269,7 @@ func (r *Router) candidate(g *group, e *entry, i int) schedule.Candidate {
 			// The engine sees requests other routers sent; take whichever
 			// view shows more work.
 			c.ActiveRequests = max(c.ActiveRequests, int(el.Running+el.Waiting))
-			c.ActiveDecodeBlocks = max(c.ActiveDecodeBlocks, el.KVUsage*el.KVBlocks)
+			c.ActiveDecodeBlocks = max(c.ActiveDecodeBlocks, el.KVUsedBlocks)
 		}
 	}
 	c.TreeSize = int(r.tree[e.rankSlot[i]])
@@ -365,21 +365,23 @@ func (r *Router) meta(s hints.Source) (hints.Meta, bool) {
 	return m, true
 }
 
-// contentSeed seeds tie-breaking from the request itself, so that every
-// replica breaks a tie for identical requests the same way.
+// contentSeed seeds tie-breaking from the whole request, so that every
+// replica breaks a tie for identical requests the same way while requests
+// that merely share a prefix still spread.
 func contentSeed(req Request, groups []*group) (uint64, uint64) {
-	for _, g := range groups {
-		if len(g.local) > 0 {
-			return g.local[0], uint64(len(req.Tokens))
-		}
-	}
-	// Shorter than a block: fold the tokens (FNV-1a over the ids).
+	const prime = 1099511628211
 	h := uint64(14695981039346656037)
-	for _, t := range req.Tokens {
-		h = (h ^ uint64(t)) * 1099511628211
+	g := groups[0]
+	for _, l := range g.local {
+		h = (h ^ l) * prime
+	}
+	// The partial tail, and the salt, which the hashes carry only when a
+	// full block exists.
+	for _, t := range req.Tokens[len(g.local)*g.bs:] {
+		h = (h ^ uint64(t)) * prime
 	}
 	for i := 0; i < len(req.Salt); i++ {
-		h = (h ^ uint64(req.Salt[i])) * 1099511628211
+		h = (h ^ uint64(req.Salt[i])) * prime
 	}
 	return h, uint64(len(req.Tokens))
 }

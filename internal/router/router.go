@@ -34,10 +34,11 @@ type Config struct {
 // EngineLoad is what a worker's engine reports about its own load.
 type EngineLoad struct {
 	Running, Waiting float64
-	// KVUsage is the fraction of the KV cache in use; KVBlocks its size in
-	// blocks when the engine says (0: unknown).
-	KVUsage  float64
-	KVBlocks float64
+	// KVUsage is the fraction of the KV cache in use (for operators);
+	// KVUsedBlocks the blocks in use when the engine's figures tell
+	// (0: unknown).
+	KVUsage      float64
+	KVUsedBlocks float64
 }
 
 // Router is the decision core. See the package comment.

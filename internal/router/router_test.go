@@ -156,7 +156,7 @@ func TestRouting(t *testing.T) {
 		{name: "engine-reported load counts too",
 			setup: func(f *fleet) {
 				f.store("b", index.WorkerRank("b", 0), storeOp(prompt[:6*bs], "", kvevents.TierDevice))
-				f.r.SetEngineLoad("b", 0, EngineLoad{KVUsage: 0.5, KVBlocks: 1000})
+				f.r.SetEngineLoad("b", 0, EngineLoad{KVUsage: 0.5, KVUsedBlocks: 500})
 			},
 			not: "b/0"},
 		{name: "host tier counts less than device",
