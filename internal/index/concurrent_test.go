@@ -16,25 +16,37 @@ func TestConcurrent(t *testing.T) {
 	if testing.Short() {
 		iters = 300
 	}
-	for _, max := range []int{0, 100} {
-		t.Run(fmt.Sprintf("cap%d", max), func(t *testing.T) {
+	cases := []struct {
+		nsrc, max, paths int
+	}{
+		{nsrc: 8, max: 0, paths: 80},
+		{nsrc: 8, max: 100, paths: 80},
+		{nsrc: 96, max: 0, paths: 6}, // few paths, many sources: dense holder sets
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("sources%d/cap%d", c.nsrc, c.max), func(t *testing.T) {
+			max := c.max
 			ix, _ := New(Config{BlockSize: 4, MaxBlocks: max})
-			w := newWorld(42, 8, 80, 16)
+			w := newWorld(42, c.nsrc, c.paths, 16)
 			paths := w.paths
 			var wg sync.WaitGroup
 			fail := make(chan string, 16)
 
-			// Writers: each goroutine owns a world generator; sources 0-5 are
-			// written by one goroutine each, source 6 by two at once.
+			// Writers: each goroutine owns a world generator and writes the
+			// sources g, g+8, ...; with 8 sources, source 6 is written by two
+			// goroutines at once and source 7 by none.
 			for g := range 8 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					gw := newWorld(42, 8, 80, 16) // same sources and paths
+					gw := newWorld(42, c.nsrc, c.paths, 16) // same sources and paths
 					gw.rng = rand.New(rand.NewPCG(uint64(g), 9))
-					src := gw.sources[min(g, 6)]
 					m := newModel()
-					for range iters {
+					for i := range iters {
+						src := gw.sources[min(g, 6)]
+						if c.nsrc > 8 {
+							src = gw.sources[g+8*(i%(c.nsrc/8))]
+						}
 						op := gw.randomOp(m, src)
 						_ = m.apply(src, op)
 						_ = ix.Apply(src, op)
@@ -95,6 +107,9 @@ func TestConcurrent(t *testing.T) {
 				t.Fatal(f)
 			}
 			checkInvariants(t, ix)
+			if c.nsrc > 64 && !hasDense(ix) {
+				t.Fatalf("no holder set turned dense")
+			}
 			if max > 0 && (ix.Len() > max || ix.Stats().Evicted == 0) {
 				t.Fatalf("%d blocks for a cap of %d, %d evicted", ix.Len(), max, ix.Stats().Evicted)
 			}
