@@ -1,0 +1,197 @@
+package index
+
+import "math/bits"
+
+// srcState is one source's progress through a Match. Tier accounting is
+// lazy: a source costs work only where its holding changes, so a prefix
+// held alike by a thousand sources costs a comparison of holder words per
+// block, not a thousand updates.
+type srcState struct {
+	gen     uint32
+	alive   bool
+	devDone bool
+	mask    uint32 // tier bits at the current run
+	since   uint32 // depth where the current run started
+	depth   uint32
+	dev     uint32
+	tiers   [numTiers]uint32
+	chain   int32 // 1 + index into scratch.private; 0: shares the primary chain
+}
+
+type altHolder struct {
+	id uint32
+	e  uint64
+}
+
+// advance moves the match from block i-1 (holders prev) to block i.
+func (sc *scratch) advance(i uint32, prev []uint32, prevDense bool, cur []uint32, curDense bool) {
+	switch {
+	case i == 0:
+		sc.start(cur, curDense)
+	case !prevDense && !curDense:
+		sc.step(i, prev, cur)
+	default:
+		if !prevDense {
+			sc.convA = toMasks(sc.convA, prev)
+			prev = sc.convA
+		}
+		if !curDense {
+			sc.convB = toMasks(sc.convB, cur)
+			cur = sc.convB
+		}
+		sc.stepDense(i, prev, cur)
+	}
+}
+
+// toMasks turns sorted holder words into tier-mask words indexed by id.
+func toMasks(dst, ws []uint32) []uint32 {
+	n := 0
+	if len(ws) > 0 {
+		n = int(ws[len(ws)-1]>>idShift/nibbles) + 1
+	}
+	dst = append(dst[:0], make([]uint32, n)...)
+	for _, w := range ws {
+		id := w >> idShift
+		dst[id/nibbles] |= w & tierMask << (4 * (id % nibbles))
+	}
+	return dst
+}
+
+// start admits the holders of the first block.
+func (sc *scratch) start(cur []uint32, dense bool) {
+	if !dense {
+		for _, w := range cur {
+			sc.admit(w>>idShift, w&tierMask)
+		}
+		return
+	}
+	for k, nw := range cur {
+		for nw != 0 {
+			j := uint32(bits.TrailingZeros32(nw)) / 4
+			sc.admit(uint32(k)*nibbles+j, nw>>(4*j)&tierMask)
+			nw &^= tierMask << (4 * j)
+		}
+	}
+}
+
+func (sc *scratch) admit(id, m uint32) {
+	if int(id) >= len(sc.st) {
+		return // registered after this Match began
+	}
+	sc.st[id] = srcState{gen: sc.gen, alive: true, mask: m, devDone: m&1 == 0}
+	sc.cands = append(sc.cands, id)
+	sc.alive++
+}
+
+// change books a source's tier mask changing to m at block i.
+func (sc *scratch) change(st *srcState, i, m uint32) {
+	if m == st.mask {
+		return
+	}
+	st.run(i)
+	if !st.devDone && m&1 == 0 {
+		st.dev, st.devDone = i, true
+	}
+	st.mask, st.since = m, i
+}
+
+// step moves from block i-1 (holders prev) to block i (holders cur). Both
+// are sorted by source id; equal words mean nothing changed for that source.
+func (sc *scratch) step(i uint32, prev, cur []uint32) {
+	a, b := 0, 0
+	for a < len(prev) && b < len(cur) {
+		// Holder sets of consecutive blocks mostly agree: skip equal runs
+		// in chunks, long ones with the vectorised memequal.
+		for a+32 <= len(prev) && b+32 <= len(cur) && [32]uint32(prev[a:a+32]) == [32]uint32(cur[b:b+32]) {
+			a += 32
+			b += 32
+		}
+		for a+4 <= len(prev) && b+4 <= len(cur) {
+			p, c := prev[a:a+4:a+4], cur[b:b+4:b+4]
+			if p[0] != c[0] || p[1] != c[1] || p[2] != c[2] || p[3] != c[3] {
+				break
+			}
+			a += 4
+			b += 4
+		}
+		if a == len(prev) || b == len(cur) {
+			break
+		}
+		if prev[a] == cur[b] {
+			a++
+			b++
+			continue
+		}
+		ia, ib := prev[a]>>idShift, cur[b]>>idShift
+		switch {
+		case ia == ib:
+			if st := sc.state(ia); st != nil {
+				sc.change(st, i, cur[b]&tierMask)
+			}
+			a++
+			b++
+		case ia < ib:
+			sc.drop(ia, i)
+			a++
+		default:
+			b++ // held at i but not at i-1: not a prefix
+		}
+	}
+	for ; a < len(prev); a++ {
+		sc.drop(prev[a]>>idShift, i)
+	}
+}
+
+// stepDense is step over tier-mask words: one word covers eight sources.
+func (sc *scratch) stepDense(i uint32, prev, cur []uint32) {
+	for k := 0; k < max(len(prev), len(cur)); k++ {
+		var p, c uint32
+		if k < len(prev) {
+			p = prev[k]
+		}
+		if k < len(cur) {
+			c = cur[k]
+		}
+		if p == c {
+			continue
+		}
+		for d := p ^ c; d != 0; {
+			j := uint32(bits.TrailingZeros32(d)) / 4
+			d &^= tierMask << (4 * j)
+			if p>>(4*j)&tierMask == 0 {
+				continue // held at i but not at i-1: not a prefix
+			}
+			st := sc.state(uint32(k)*nibbles + j)
+			if st == nil {
+				continue
+			}
+			if m := c >> (4 * j) & tierMask; m == 0 {
+				st.end(i)
+				sc.alive--
+			} else {
+				sc.change(st, i, m)
+			}
+		}
+	}
+}
+
+// run books the blocks [since, i) to the run's fastest tier.
+func (st *srcState) run(i uint32) {
+	st.tiers[bits.TrailingZeros32(st.mask)] += i - st.since
+}
+
+func (st *srcState) end(i uint32) {
+	st.run(i)
+	st.depth = i
+	if !st.devDone {
+		st.dev, st.devDone = i, true
+	}
+	st.alive = false
+}
+
+func (sc *scratch) drop(id, i uint32) {
+	if st := sc.state(id); st != nil {
+		st.end(i)
+		sc.alive--
+	}
+}

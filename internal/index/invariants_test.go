@@ -1,0 +1,115 @@
+package index
+
+import "testing"
+
+func hasDense(ix *Index) bool {
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		for j := range sh.tab {
+			if sh.tab[j].seq != 0 && sh.isDense(&sh.tab[j]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkInvariants verifies the index's internal structure: tables find every
+// live node, holder blocks are sorted and unique, alt entries match flags,
+// counters add up, and holders and engine-hash entries name each other.
+func checkInvariants(t *testing.T, ix *Index) {
+	t.Helper()
+	blocks, pairs := 0, 0
+	srcs := ix.reg.ids()
+	for si := range ix.shards {
+		sh := &ix.shards[si]
+		sh.mu.RLock()
+		live, alts := 0, 0
+		for pos := range sh.tab {
+			n := &sh.tab[pos]
+			if n.seq == 0 {
+				continue
+			}
+			live++
+			c := sh.holderCount(n)
+			if c == 0 {
+				t.Fatalf("shard %d: node %#x without holders", si, n.seq)
+			}
+			if got, ok := sh.find(n.seq); !ok || got != pos {
+				t.Fatalf("shard %d: node %#x at %d not found by the table", si, n.seq, pos)
+			}
+			if shardOf(n.seq) != uint32(si) {
+				t.Fatalf("node in wrong shard")
+			}
+			if n.meta&metaMore != 0 && c < 3 || sh.isDense(n) && c < sparseAt {
+				t.Fatalf("holder block with %d holders", c)
+			}
+			ws := sh.appendHolders(nil, n)
+			if len(ws) != c {
+				t.Fatalf("shard %d node %#x: count %d, %d holders", si, n.seq, c, len(ws))
+			}
+			var last uint32
+			for i, w := range ws {
+				id := w >> idShift
+				if i > 0 && id <= last {
+					t.Fatalf("shard %d node %#x: holders unsorted", si, n.seq)
+				}
+				last = id
+				if w&tierMask == 0 {
+					t.Fatalf("holder without tiers")
+				}
+				if w&altBit != 0 {
+					alts++
+					if n.meta&metaAlt == 0 {
+						t.Fatalf("alt holder without node flag")
+					}
+					if _, ok := sh.alt[altKey{n.seq, id}]; !ok {
+						t.Fatalf("alt holder without alt entry")
+					}
+				}
+				s := srcs[id]
+				if s == nil {
+					t.Fatalf("holder of unknown source %d", id)
+				}
+				if seq, ok := s.engine.get(sh.engineOf(n, w)); !ok || seq != n.seq {
+					t.Fatalf("holder %s without engine entry", s.key)
+				}
+			}
+			pairs += c
+		}
+		if live != sh.live {
+			t.Fatalf("shard %d: live %d, counted %d", si, sh.live, live)
+		}
+		if alts != len(sh.alt) {
+			t.Fatalf("shard %d: %d alt holders, %d alt entries", si, alts, len(sh.alt))
+		}
+		blocks += live
+		sh.mu.RUnlock()
+	}
+	if int64(blocks) != ix.blocks.Load() || int64(pairs) != ix.pairs.Load() {
+		t.Fatalf("counters blocks %d pairs %d, counted %d %d", ix.blocks.Load(), ix.pairs.Load(), blocks, pairs)
+	}
+	held := int64(0)
+	for _, s := range srcs {
+		if s == nil {
+			continue
+		}
+		held += s.held.Load()
+		if s.engine.len() != int(s.held.Load()) {
+			t.Fatalf("%s: %d engine entries, holds %d", s.key, s.engine.len(), s.held.Load())
+		}
+		for _, es := range s.engine.entries(nil) {
+			e, seq := es.e, es.seq
+			sh := &ix.shards[shardOf(seq)]
+			sh.mu.RLock()
+			_, _, ok := sh.holds(seq, s.id, e)
+			sh.mu.RUnlock()
+			if !ok {
+				t.Fatalf("%s: stale engine entry %#x", s.key, e)
+			}
+		}
+	}
+	if held != int64(pairs) {
+		t.Fatalf("sources hold %d, counted %d", held, pairs)
+	}
+}

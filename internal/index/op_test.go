@@ -1,0 +1,106 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
+)
+
+func TestOpFromEvent(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	cases := []struct {
+		name    string
+		ev      kvevents.Event
+		want    Op
+		wantErr error
+	}{
+		{
+			name: "store",
+			ev: kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{11, 12}, ParentHash: 10, HasParent: true,
+				TokenIDs: tokens, BlockSize: 4, Tier: kvevents.TierHost},
+			want: Op{Kind: OpStore, Tier: host, Hashes: []uint64{11, 12}, Parent: 10, HasParent: true, BlockSize: 4,
+				Local: kvhash.LocalHashes(tokens, 4, kvhash.Seed)},
+		},
+		{
+			name: "salted LoRA store",
+			ev: kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{11}, TokenIDs: tokens[:4], BlockSize: 4,
+				LoRAName: "sql", CacheSalt: "tenant-a"},
+			want: Op{Kind: OpStore, Hashes: []uint64{11}, BlockSize: 4,
+				Local: kvhash.LocalHashes(tokens[:4], 4, kvhash.SeedFor("sql", "tenant-a"))},
+		},
+		{
+			name: "remove",
+			ev:   kvevents.Event{Kind: kvevents.KindRemoved, BlockHashes: []uint64{11}, Tier: kvevents.TierDisk},
+			want: Op{Kind: OpRemove, Tier: disk, Hashes: []uint64{11}},
+		},
+		{
+			name: "clear",
+			ev:   kvevents.Event{Kind: kvevents.KindCleared},
+			want: Op{Kind: OpClear, AllTiers: true},
+		},
+		{
+			name:    "placeholder",
+			ev:      kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{11}, Placeholder: true},
+			wantErr: ErrPlaceholder,
+		},
+		{
+			name:    "token count",
+			ev:      kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{11, 12}, TokenIDs: tokens[:6], BlockSize: 4},
+			wantErr: ErrInvalidOp,
+		},
+		{
+			name:    "zero block size",
+			ev:      kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{11}, TokenIDs: tokens[:4]},
+			wantErr: ErrInvalidOp,
+		},
+		{
+			name:    "unknown kind",
+			ev:      kvevents.Event{Kind: 9},
+			wantErr: ErrInvalidOp,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := OpFromEvent(c.ev)
+			if !errors.Is(err, c.wantErr) || (err == nil) != (c.wantErr == nil) {
+				t.Fatalf("error %v, want %v", err, c.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", c.want) {
+				t.Fatalf("op\n %+v\nwant\n %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// A block stored under one cache salt never matches a request under
+// another, so no hint can cross tenants.
+func TestCacheSaltIsolation(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	ix, _ := New(Config{BlockSize: 4})
+	op, err := OpFromEvent(kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{1, 2}, TokenIDs: tokens, BlockSize: 4, CacheSalt: "tenant-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Apply(w0, op); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		salt string
+		want int
+	}{{"tenant-a", 2}, {"tenant-b", 0}, {"", 0}} {
+		got := ix.Match(kvhash.LocalHashes(tokens, 4, kvhash.SeedFor("", c.salt)), MatchOptions{})
+		depth := 0
+		if len(got) > 0 {
+			depth = got[0].Depth
+		}
+		if depth != c.want {
+			t.Errorf("salt %q: depth %d, want %d", c.salt, depth, c.want)
+		}
+	}
+}
