@@ -33,7 +33,9 @@ type Match struct {
 
 // Match returns, for every source holding at least the request's first
 // block, its overlap with the request given by its local hashes, ordered
-// by Depth, deepest first. It stops as soon as no source extends the prefix.
+// by Depth, deepest first (ties in no particular order). It stops walking
+// the request once no source extends the prefix, having looked at most one
+// lookup batch ahead.
 func (ix *Index) Match(local []uint64, opts MatchOptions) []Match {
 	return ix.AppendMatch(nil, local, opts)
 }
