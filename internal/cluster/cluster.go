@@ -1,0 +1,473 @@
+// Package cluster starts a whole kvrouter deployment on this machine as
+// separate OS processes, the way it runs in production: an embedded NATS
+// server in the calling process, simulated engines (`kvrouter mocker`),
+// one state agent per engine (`kvrouter agent`) and routers
+// (`kvrouter serve`), all on loopback ports. It is what `kvrouter demo` and
+// the end-to-end tests and benchmarks stand on.
+//
+// Every child runs in its own process group and, on Linux, dies with the
+// caller; Stop ends them with SIGTERM, then SIGKILL after a grace period.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"kvrouter/internal/bus"
+)
+
+// Defaults.
+const (
+	DefaultReadyTimeout = 60 * time.Second
+	DefaultStopGrace    = 5 * time.Second
+	DefaultLogLevel     = "info"
+	// Model is the model every engine serves (the mocker's default).
+	Model = "kvrouter-demo"
+	// startAttempts covers losing a port to another program between our
+	// check and the child's bind.
+	startAttempts = 3
+	loopback      = "127.0.0.1"
+)
+
+// ErrOptions marks options that cannot make a cluster.
+var ErrOptions = errors.New("cluster: bad options")
+
+// Options describes a cluster. Zero engine sizes and timings leave the
+// mocker's own defaults in force.
+type Options struct {
+	// Binary is the kvrouter executable the children run; empty re-executes
+	// the current one.
+	Binary string
+	// Engines is the number of engines, each with its state agent (default 1).
+	Engines int
+	// WorkerIDs name the workers in discovery, one per engine; default
+	// "A", "B", "C", ...
+	WorkerIDs []string
+	// Flavor is the engine imitated: "sglang" (default) or "vllm".
+	Flavor string
+
+	BlockSize       int
+	KVBytesPerToken int
+	GPUBlocks       int // per DP rank
+	RunnerBlocks    int // per runner shard
+	PrefillPerToken time.Duration
+	DecodePerToken  time.Duration
+	Speedup         float64
+	TP, DP          int // per engine, default 1
+	// EngineFlags are added to every `kvrouter mocker` command line.
+	EngineFlags []string
+	// AgentFlags are added to every `kvrouter agent` command line.
+	AgentFlags []string
+
+	// RouterFlags start one router per entry, each with these extra
+	// `kvrouter serve` flags; nil starts one router with none.
+	RouterFlags [][]string
+
+	// LogDir receives one log file per process; empty makes a temporary
+	// directory, removed by a clean Stop unless KeepLogs.
+	LogDir   string
+	KeepLogs bool
+	// LogLevel is the children's --log-level (default info).
+	LogLevel string
+
+	ReadyTimeout time.Duration // default DefaultReadyTimeout
+	StopGrace    time.Duration // default DefaultStopGrace
+	Logger       *slog.Logger
+}
+
+// Engine is one running engine and its agent.
+type Engine struct {
+	ID  string // worker id in discovery
+	URL string // OpenAI HTTP API, admin and /health
+	// Control holds the runners' peer control endpoints by attention rank
+	// (DP rank d, TP rank t: d*TP + t); a hint names the TP rank 0 one.
+	Control []string
+	// Events and Replay are each DP rank's KV event endpoints: the engine
+	// dials Events, which its agent binds, and serves replays on Replay.
+	Events, Replay []string
+	TP, DP         int
+	PID, AgentPID  int
+}
+
+// ControlEndpoint is the runner endpoint hints name for DP rank d.
+func (e Engine) ControlEndpoint(d int) string { return e.Control[d*e.TP] }
+
+// Router is one running router.
+type Router struct {
+	URL   string
+	Flags []string
+	PID   int
+	proc  *proc
+}
+
+// Cluster is a running local deployment.
+type Cluster struct {
+	opts    Options
+	bin     string
+	bus     *bus.Bus
+	logDir  string
+	ownDir  bool
+	log     *slog.Logger
+	engines []Engine
+
+	mu    sync.Mutex
+	procs []*proc // engines and agents, in start order
+	// engineProcs and agentProcs parallel engines.
+	engineProcs, agentProcs []*proc
+	routers                 []Router
+	stopped                 bool
+	// routersStarted numbers the routers' log files.
+	routersStarted int
+}
+
+// NATSURL is the embedded NATS server's client URL.
+func (c *Cluster) NATSURL() string { return c.bus.URL }
+
+// LogDir is where every process's log is.
+func (c *Cluster) LogDir() string { return c.logDir }
+
+// Engines are the engines, in WorkerIDs order.
+func (c *Cluster) Engines() []Engine { return c.engines }
+
+// Routers are the routers running now, in start order.
+func (c *Cluster) Routers() []Router {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Router(nil), c.routers...)
+}
+
+// RouterURL is the first router's base URL.
+func (c *Cluster) RouterURL() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.routers) == 0 {
+		return ""
+	}
+	return c.routers[0].URL
+}
+
+// PIDs lists every child process, routers included.
+func (c *Cluster) PIDs() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for _, p := range c.procs {
+		out = append(out, p.PID())
+	}
+	for _, r := range c.routers {
+		out = append(out, r.PID)
+	}
+	return out
+}
+
+func (o *Options) fill() error {
+	if o.Engines == 0 {
+		o.Engines = 1
+	}
+	if o.Flavor == "" {
+		o.Flavor = "sglang"
+	}
+	if o.TP == 0 {
+		o.TP = 1
+	}
+	if o.DP == 0 {
+		o.DP = 1
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = DefaultLogLevel
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = DefaultReadyTimeout
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = DefaultStopGrace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.RouterFlags == nil {
+		o.RouterFlags = [][]string{nil}
+	}
+	switch {
+	case o.Engines < 1:
+		return fmt.Errorf("%w: %d engines: --engines must be at least 1", ErrOptions, o.Engines)
+	case o.Flavor != "sglang" && o.Flavor != "vllm":
+		return fmt.Errorf("%w: flavor %q: --flavor must be sglang or vllm", ErrOptions, o.Flavor)
+	case o.TP < 1 || o.DP < 1:
+		return fmt.Errorf("%w: tp %d, dp %d: --tp and --dp must be at least 1", ErrOptions, o.TP, o.DP)
+	case o.WorkerIDs != nil && len(o.WorkerIDs) != o.Engines:
+		return fmt.Errorf("%w: %d worker ids for %d engines", ErrOptions, len(o.WorkerIDs), o.Engines)
+	}
+	if o.WorkerIDs == nil {
+		for i := range o.Engines {
+			o.WorkerIDs = append(o.WorkerIDs, workerID(i))
+		}
+	}
+	seen := map[string]bool{}
+	for _, id := range o.WorkerIDs {
+		if id == "" || seen[id] {
+			return fmt.Errorf("%w: worker ids %q must be distinct and non-empty", ErrOptions, o.WorkerIDs)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// workerID is "A".."Z", then "W26", "W27", ...
+func workerID(i int) string {
+	if i < 26 {
+		return string(rune('A' + i))
+	}
+	return "W" + strconv.Itoa(i)
+}
+
+// enginePorts is how many ports one engine binds: HTTP, a runner per
+// attention rank, and events and replay per DP rank.
+func (o *Options) enginePorts() int { return 1 + o.DP*o.TP + 2*o.DP }
+
+// Start brings the cluster up and waits until every router sees every
+// worker with its sources ready. On failure nothing is left running and
+// the error quotes the failing process's log. Cancelling ctx aborts the
+// start; the cluster itself lives until Stop.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	bin := opts.Binary
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: find the kvrouter binary to run: %w", err)
+		}
+		bin = exe
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("%w: binary: %w", ErrOptions, err)
+	}
+	dir, own := opts.LogDir, false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "kvrouter-cluster-")
+		if err != nil {
+			return nil, fmt.Errorf("cluster: log dir: %w", err)
+		}
+		dir, own = d, true
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: --log-dir: %w", err)
+	}
+	b, err := bus.Open(ctx, bus.Options{Name: "kvrouter-cluster", Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: embedded nats: %w", err)
+	}
+	c := &Cluster{opts: opts, bin: bin, bus: b, logDir: dir, ownDir: own, log: opts.Logger}
+	for attempt := 1; ; attempt++ {
+		err = c.start(ctx)
+		if err == nil {
+			return c, nil
+		}
+		retry := attempt < startAttempts && ctx.Err() == nil && c.lostPort()
+		c.stopChildren()
+		if !retry {
+			break
+		}
+		c.log.Warn("cluster: a port was taken meanwhile; retrying on others", "attempt", attempt, "err", err)
+	}
+	b.Close()
+	return nil, fmt.Errorf("%w (logs kept in %s)", err, dir)
+}
+
+// start runs one attempt with a fresh port range.
+func (c *Cluster) start(ctx context.Context) error {
+	o := &c.opts
+	pr, err := allocPorts(o.Engines*o.enginePorts() + len(o.RouterFlags))
+	if err != nil {
+		return err
+	}
+	cur := pr.cursor()
+	c.engines = make([]Engine, o.Engines)
+	c.engineProcs, c.agentProcs = make([]*proc, o.Engines), make([]*proc, o.Engines)
+	for i := range c.engines {
+		e := newEngine(o, o.WorkerIDs[i], cur)
+		p, err := c.spawn("engine-"+e.ID, engineArgs(o, e))
+		if err != nil {
+			return err
+		}
+		e.PID = p.PID()
+		c.engines[i], c.engineProcs[i] = e, p
+	}
+	for i, e := range c.engines {
+		p, err := c.spawn("agent-"+e.ID, agentArgs(o, e, c.bus.URL))
+		if err != nil {
+			return err
+		}
+		c.engines[i].AgentPID, c.agentProcs[i] = p.PID(), p
+	}
+	var routers []Router
+	for _, flags := range o.RouterFlags {
+		r, err := c.spawnRouter(cur.take(1), flags)
+		if err != nil {
+			return err
+		}
+		routers = append(routers, r)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.ReadyTimeout)
+	defer cancel()
+	if err := c.waitEngines(ctx); err != nil {
+		return err
+	}
+	for _, r := range routers {
+		if err := c.waitRouter(ctx, r, true); err != nil {
+			return err
+		}
+	}
+	c.log.Info("cluster ready", "engines", len(c.engines), "routers", len(routers), "router", c.RouterURL(), "logs", c.logDir)
+	return nil
+}
+
+func (c *Cluster) spawn(name string, args []string) (*proc, error) {
+	p, err := startProc(c.bin, c.logDir, name, args)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
+	c.mu.Lock()
+	name := "router-" + strconv.Itoa(c.routersStarted)
+	c.routersStarted++
+	c.mu.Unlock()
+	url := "http://" + hostPort(port)
+	args := append([]string{"serve", "--listen", hostPort(port), "--nats", c.bus.URL,
+		"--log-level", c.opts.LogLevel}, flags...)
+	p, err := startProc(c.bin, c.logDir, name, args)
+	if err != nil {
+		return Router{}, err
+	}
+	r := Router{URL: url, Flags: flags, PID: p.PID(), proc: p}
+	c.mu.Lock()
+	c.routers = append(c.routers, r)
+	c.mu.Unlock()
+	return r, nil
+}
+
+// AddRouter starts another router with these `kvrouter serve` flags and
+// waits until it sees every worker ready: a benchmark can run one policy
+// after another against the same warm engines.
+func (c *Cluster) AddRouter(ctx context.Context, flags []string) (Router, error) {
+	pr, err := allocPorts(1)
+	if err != nil {
+		return Router{}, err
+	}
+	r, err := c.spawnRouter(pr.Base, flags)
+	if err != nil {
+		return Router{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
+	defer cancel()
+	// The agents' snapshots carry readiness; poking the engines would wipe
+	// the caches the benchmark wants warm.
+	if err := c.waitRouter(ctx, r, false); err != nil {
+		return r, errors.Join(err, c.StopRouter(r))
+	}
+	return r, nil
+}
+
+// StopRouter stops one router.
+func (c *Cluster) StopRouter(r Router) error {
+	c.mu.Lock()
+	for i := range c.routers {
+		if c.routers[i].proc == r.proc {
+			c.routers = append(c.routers[:i], c.routers[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	return r.proc.stop(c.opts.StopGrace)
+}
+
+// Stop ends every process (routers first, then agents, so that they
+// deregister while NATS still runs, then engines) and NATS. Logs are
+// removed only when everything stopped cleanly, the directory was ours and
+// KeepLogs is off. Stop is safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	c.mu.Unlock()
+	err := c.stopChildren()
+	c.bus.Close()
+	if err != nil {
+		return fmt.Errorf("%w (logs kept in %s)", err, c.logDir)
+	}
+	if c.ownDir && !c.opts.KeepLogs {
+		os.RemoveAll(c.logDir)
+	}
+	return nil
+}
+
+// stopChildren stops routers, then agents, then engines, each group in
+// parallel, and forgets them.
+func (c *Cluster) stopChildren() error {
+	c.mu.Lock()
+	var routers, agents, engines []*proc
+	for _, r := range c.routers {
+		routers = append(routers, r.proc)
+	}
+	for _, p := range c.procs {
+		if isAgent(p) {
+			agents = append(agents, p)
+		} else {
+			engines = append(engines, p)
+		}
+	}
+	c.routers, c.procs = nil, nil
+	c.mu.Unlock()
+	var errs []error
+	for _, group := range [][]*proc{routers, agents, engines} {
+		errs = append(errs, stopAll(group, c.opts.StopGrace)...)
+	}
+	return errors.Join(errs...)
+}
+
+func isAgent(p *proc) bool { return len(p.args) > 0 && p.args[0] == "agent" }
+
+func stopAll(ps []*proc, grace time.Duration) []error {
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs[i] = p.stop(grace) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// lostPort reports whether a child failed to bind one of its ports.
+func (c *Cluster) lostPort() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := append([]*proc(nil), c.procs...)
+	for _, r := range c.routers {
+		all = append(all, r.proc)
+	}
+	for _, p := range all {
+		if p.exited() && p.logSays("address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+func hostPort(port int) string { return loopback + ":" + strconv.Itoa(port) }
