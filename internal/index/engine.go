@@ -49,7 +49,10 @@ func (t *engineTable) touch(e uint64) uint64 {
 }
 
 // put maps e to seq, replacing any mapping of e.
-func (t *engineTable) put(e, seq uint64) {
+func (t *engineTable) put(e, seq uint64) { t.swap(e, seq) }
+
+// swap maps e to seq and returns what e mapped to before.
+func (t *engineTable) swap(e, seq uint64) (old uint64, had bool) {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
@@ -57,12 +60,13 @@ func (t *engineTable) put(e, seq uint64) {
 	i := t.home(e)
 	for ; t.slots[i].seq != 0; i = (i + 1) & mask {
 		if t.slots[i].e == e {
-			t.slots[i].seq = seq
-			return
+			old, t.slots[i].seq = t.slots[i].seq, seq
+			return old, true
 		}
 	}
 	t.slots[i] = engineSlot{e, seq}
 	t.n++
+	return 0, false
 }
 
 func (t *engineTable) grow() {

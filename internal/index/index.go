@@ -42,9 +42,9 @@ type Config struct {
 	// BlockSize is the number of tokens per block; every store's block
 	// size must equal it.
 	BlockSize int
-	// MaxBlocks caps the indexed block identities; past it the least
-	// recently matched blocks (and their descendants) are evicted down to
-	// 15/16 of the cap. 0 means unbounded.
+	// MaxBlocks caps the indexed block identities; when an Apply leaves
+	// more, the least recently matched blocks (and their descendants) are
+	// evicted down to 15/16 of the cap. 0 means unbounded.
 	MaxBlocks int
 }
 
@@ -108,6 +108,7 @@ func (ix *Index) Apply(src Source, ops ...Op) error {
 			continue
 		}
 		err = ix.applyLocked(s, ops)
+		ix.flush(s)
 		s.mu.Unlock()
 		ix.maybeEvict()
 		return err
@@ -138,6 +139,14 @@ func (ix *Index) applyLocked(s *source, ops []Op) error {
 		}
 	}
 	return nil
+}
+
+// flush publishes the counter changes of s's Apply.
+func (ix *Index) flush(s *source) {
+	s.held.Add(s.dHeld)
+	ix.pairs.Add(s.dHeld)
+	ix.blocks.Add(s.dBlocks)
+	s.dHeld, s.dBlocks = 0, 0
 }
 
 // store links op's blocks under their parent (or the root) for s.
@@ -239,7 +248,7 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 	pos, ok := sh.find(seq)
 	if !ok {
 		pos = sh.newNode(seq, e, depth, stamp)
-		ix.blocks.Add(1)
+		s.dBlocks++
 	}
 	n := &sh.tab[pos]
 	w, found := sh.getHolder(n, s.id)
@@ -256,8 +265,7 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 	default:
 		sh.setEngine(n, s.id<<idShift|bit, e)
 		conf = sh.disagree(conf, n, s.id, e)
-		s.held.Add(1)
-		ix.pairs.Add(1)
+		s.dHeld++
 	}
 	sh.mu.Unlock()
 
@@ -272,14 +280,13 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 			s.engine.del(prevE)
 		}
 	}
-	if old, ok := s.engine.get(e); ok && old != seq {
+	if old, had := s.engine.swap(e, seq); had && old != seq {
 		// The source reused an engine hash for another identity: the last
 		// store wins, and the old block cannot be named by it anymore.
 		if _, held := ix.unhold(s, old, e, tierMask); held {
 			ix.remapped.Add(1)
 		}
 	}
-	s.engine.put(e, seq)
 	return conf
 }
 
@@ -294,11 +301,10 @@ func (ix *Index) unhold(s *source, seq uint64, e uint64, tiers uint32) (gone, he
 	}
 	gone, nodeGone := sh.unhold(pos, w, tiers)
 	if gone {
-		s.held.Add(-1)
-		ix.pairs.Add(-1)
+		s.dHeld--
 	}
 	if nodeGone {
-		ix.blocks.Add(-1)
+		s.dBlocks--
 	}
 	return gone, true
 }
@@ -345,6 +351,7 @@ func (ix *Index) RemoveSource(src Source) {
 		return
 	}
 	ix.clear(s, tierMask)
+	ix.flush(s)
 	s.gone = true
 	s.mu.Unlock()
 	ix.conf.forget(s.id)

@@ -77,12 +77,15 @@ type source struct {
 	// engine maps the source's engine hashes to the identities it stored
 	// them at. An entry may be stale (the evictor removed the holder and
 	// has not cleaned up yet): readers verify against the node.
-	engine  engineTable
-	held    atomic.Int64 // nodes this source holds, on any tier
-	gone    bool         // removed; an Apply that raced with removal re-resolves
-	seqs    []uint64     // store scratch
-	scratch []engineSlot
-	sink    uint64
+	engine engineTable
+	held   atomic.Int64 // nodes this source holds, on any tier
+	gone   bool         // removed; an Apply that raced with removal re-resolves
+	// Counter changes of the Apply under way, published when it ends:
+	// one atomic add per Apply rather than three per block.
+	dHeld, dBlocks int64
+	seqs           []uint64 // store scratch
+	scratch        []engineSlot
+	sink           uint64
 }
 
 // registry interns sources into small ids: holder words carry the id, not
