@@ -10,10 +10,12 @@
 // The index is pure core logic: no goroutines, no clock. Recency for
 // eviction is a logical clock advanced by Match.
 //
-// Concurrency: the index is split into shards by the top bits of the
-// identity, each with its own RWMutex held for one block at a time. Match
-// takes only read locks; ops of one source apply in order under that
-// source's mutex; ops of different sources proceed in parallel.
+// Concurrency: the index is split into 64 shards by the top bits of the
+// identity, each with its own RWMutex. A writer holds one shard's lock at a
+// time, for one block; Match read-locks the shards of a batch of blocks
+// together, always in ascending order, so readers never deadlock with
+// writers and there is no global lock. Ops of one source apply in order
+// under that source's mutex; ops of different sources proceed in parallel.
 //
 // Atomicity: an op is validated before it changes anything, so a rejected
 // op leaves no trace; Apply stops at the first rejected op and reports its

@@ -41,7 +41,8 @@ type node struct {
 func (n *node) depth() uint32 { return n.meta & maxDepth }
 
 // shard is a part of the index selected by the top bits of the sequence
-// hash. Its RWMutex is held for one block at a time, never across shards.
+// hash. Writers lock one shard at a time; readers that lock several take
+// them in ascending order.
 type shard struct {
 	mu    sync.RWMutex
 	tab   []node // power of two; linear probing from seq's low bits
