@@ -30,8 +30,8 @@ one goroutine, and reports:
   bytes_per_block_source    heap added by the index (after GC) divided by
                             (block, source) pairs
 
-The run takes a few seconds and about 1 GiB at the defaults; use --quick for
-a small version.`,
+The run takes about ten seconds and 300 MB at the defaults; use --quick for a
+small version. Latencies are wall clock, so other load on the machine shows.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if quick {
@@ -54,6 +54,6 @@ a small version.`,
 	f.IntVar(&matches, "matches", matches, "conversation prompts to time (hot prompts: a tenth of it)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "workload seed; a run is reproducible from it")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
-	f.BoolVar(&quick, "quick", false, "small run: 100 sources, 50,000 blocks, 2,000 matches")
+	f.BoolVar(&quick, "quick", false, "small run: 100 sources, 50,000 blocks, 2,000 matches (overrides those flags)")
 	return cmd
 }
