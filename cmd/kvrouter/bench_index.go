@@ -30,7 +30,7 @@ one goroutine, and reports:
   bytes_per_block_source    heap added by the index (after GC) divided by
                             (block, source) pairs
 
-The run takes about ten seconds and 300 MB at the defaults; use --quick for a
+The run takes a few seconds and about 300 MB at the defaults; use --quick for a
 small version. Latencies are wall clock, so other load on the machine shows.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
