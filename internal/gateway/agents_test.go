@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"kvrouter/internal/discovery"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
 )
@@ -199,4 +201,45 @@ func TestWorkerLeaves(t *testing.T) {
 		t.Fatalf("models after every lease expired: %+v", models)
 	}
 	_ = c
+}
+
+// TestDiscoveryRewatch: after a lost watch the router trusts no agent's
+// source until a new watch is in step, and drops workers the new watch no
+// longer lists (they left unseen).
+func TestDiscoveryRewatch(t *testing.T) {
+	h := newHarness(t)
+	g := h.router(nil)
+	// The router's own watch (of an empty registry) must be in step first,
+	// or its initial sync would drop what this test feeds.
+	eventually(t, "the router's own watch", func() bool { return g.Router.Stats().DiscoveryLive })
+	d := &Discovery{Router: g.Router, NC: h.bus.Conn, Metrics: g.Metrics, Log: quiet(), Now: h.clock.Now,
+		followers: map[string]*follower{}, refused: map[string]string{}}
+	reg := func(id string) discovery.Worker {
+		return discovery.Worker{ID: id, Model: "other", URL: "http://" + id, BlockSize: 4, DPSize: 1}
+	}
+	feed := func(cs ...discovery.Change) {
+		ch := make(chan discovery.Change, len(cs))
+		for _, c := range cs {
+			ch <- c
+		}
+		close(ch)
+		d.watch(context.Background(), ch)
+	}
+	feed(discovery.Change{Op: discovery.OpPut, ID: "x", Worker: reg("x")}, discovery.Change{Op: discovery.OpPut, ID: "y", Worker: reg("y")},
+		discovery.Change{Op: discovery.OpSynced})
+	if _, ok := g.Router.Worker("y"); !ok || !g.Router.Stats().DiscoveryLive {
+		t.Fatal("first watch not applied")
+	}
+	g.Router.SetDiscoveryLive(false) // what Run does when a watch ends
+	feed(discovery.Change{Op: discovery.OpPut, ID: "x", Worker: reg("x")})
+	if g.Router.Stats().DiscoveryLive {
+		t.Fatal("live before the new watch is in step")
+	}
+	feed(discovery.Change{Op: discovery.OpPut, ID: "x", Worker: reg("x")}, discovery.Change{Op: discovery.OpSynced})
+	if _, ok := g.Router.Worker("y"); ok {
+		t.Fatal("a worker that left while the watch was down is still routed to")
+	}
+	if _, ok := g.Router.Worker("x"); !ok || !g.Router.Stats().DiscoveryLive {
+		t.Fatal("rewatch not applied")
+	}
 }

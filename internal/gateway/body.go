@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 )
 
 // Body edits keep everything the client wrote byte for byte (engines are
@@ -61,7 +60,8 @@ func setMember(body []byte, key string, value []byte) ([]byte, error) {
 	if kept > 0 {
 		out = append(out, ',')
 	}
-	out = strconv.AppendQuote(out, key)
+	k, _ := json.Marshal(key) // a string always marshals
+	out = append(out, k...)
 	out = append(out, ':')
 	out = append(out, value...)
 	out = append(out, '}')

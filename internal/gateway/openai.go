@@ -50,68 +50,63 @@ type Request struct {
 	AddGenerationPrompt bool
 }
 
-// wireRequest is the subset of the OpenAI body routing reads.
-type wireRequest struct {
-	Model         json.RawMessage `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	Messages      json.RawMessage `json:"messages"`
-	CacheSalt     json.RawMessage `json:"cache_salt"`
-	Stream        json.RawMessage `json:"stream"`
-	StreamOptions json.RawMessage `json:"stream_options"`
-	AddGenPrompt  json.RawMessage `json:"add_generation_prompt"`
-}
-
-type wireMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
+// Members routing reads, matched exactly as engines (Python's json) do:
+// case-sensitive, the last of repeated keys winning. encoding/json's struct
+// decoding would match "Model" too and route on what the engine ignores.
+const (
+	keyModel        = "model"
+	keyPrompt       = "prompt"
+	keyMessages     = "messages"
+	keyCacheSalt    = "cache_salt"
+	keyStream       = "stream"
+	keyAddGenPrompt = "add_generation_prompt"
+	keyRole         = "role"
+	keyContent      = "content"
+)
 
 // ParseRequest reads what routing needs from an inference request body.
 func ParseRequest(kind Kind, body []byte) (*Request, error) {
-	var w wireRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&w); err != nil {
-		return nil, fmt.Errorf("%w: body is not a JSON object: %v", ErrBadRequest, err)
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrBadRequest)
+	var w map[string]json.RawMessage
+	if err := json.Unmarshal(body, &w); err != nil || w == nil {
+		return nil, fmt.Errorf("%w: body is not a JSON object", ErrBadRequest)
 	}
 	req := &Request{Kind: kind, AddGenerationPrompt: true}
 	var err error
-	if req.Model, err = str(w.Model, "model", true); err != nil {
+	if req.Model, err = str(w[keyModel], keyModel, true); err != nil {
 		return nil, err
 	}
-	if req.Salt, err = str(w.CacheSalt, "cache_salt", false); err != nil {
+	if req.Salt, err = str(w[keyCacheSalt], keyCacheSalt, false); err != nil {
 		return nil, err
 	}
-	if req.Stream, err = boolean(w.Stream, "stream", false); err != nil {
+	if req.Stream, err = boolean(w[keyStream], keyStream, false); err != nil {
 		return nil, err
 	}
-	if len(w.StreamOptions) > 0 && !isNull(w.StreamOptions) {
-		var so struct {
-			IncludeUsage json.RawMessage `json:"include_usage"`
-		}
-		if err := json.Unmarshal(w.StreamOptions, &so); err != nil {
+	if so := w[keyStreamOptions]; len(so) > 0 && !isNull(so) {
+		var opts map[string]json.RawMessage
+		if err := json.Unmarshal(so, &opts); err != nil || opts == nil {
 			return nil, fmt.Errorf("%w: stream_options: want an object", ErrBadRequest)
 		}
-		if req.IncludeUsage, err = boolean(so.IncludeUsage, "stream_options.include_usage", false); err != nil {
+		if req.IncludeUsage, err = boolean(opts[keyIncludeUsage], "stream_options.include_usage", false); err != nil {
 			return nil, err
 		}
 	}
 	switch kind {
 	case KindCompletion:
-		if len(w.Prompt) == 0 || isNull(w.Prompt) {
+		p := w[keyPrompt]
+		if len(p) == 0 || isNull(p) {
 			return nil, fmt.Errorf("%w: prompt is required", ErrBadRequest)
 		}
-		if err := req.parsePrompt(w.Prompt); err != nil {
+		if err := req.parsePrompt(p); err != nil {
 			return nil, err
 		}
 	case KindChat:
-		if req.AddGenerationPrompt, err = boolean(w.AddGenPrompt, "add_generation_prompt", true); err != nil {
+		if req.AddGenerationPrompt, err = boolean(w[keyAddGenPrompt], keyAddGenPrompt, true); err != nil {
 			return nil, err
 		}
-		if err := req.parseMessages(w.Messages); err != nil {
+		if err := req.parseMessages(w[keyMessages]); err != nil {
 			return nil, err
 		}
 	}
@@ -152,7 +147,7 @@ func (r *Request) parsePrompt(raw json.RawMessage) error {
 
 func tokenIDs(raw json.RawMessage, field string) ([]uint32, error) {
 	var nums []json.Number
-	if err := json.Unmarshal(raw, &nums); err != nil {
+	if err := unmarshalNumbers(raw, &nums); err != nil {
 		return nil, fmt.Errorf("%w: %s: want a list of token ids", ErrBadRequest, field)
 	}
 	out := make([]uint32, len(nums))
@@ -170,7 +165,7 @@ func (r *Request) parseMessages(raw json.RawMessage) error {
 	if len(raw) == 0 || isNull(raw) {
 		return fmt.Errorf("%w: messages is required", ErrBadRequest)
 	}
-	var ms []wireMessage
+	var ms []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &ms); err != nil {
 		return fmt.Errorf("%w: messages: want a list of {role, content}: %v", ErrBadRequest, err)
 	}
@@ -180,10 +175,11 @@ func (r *Request) parseMessages(raw json.RawMessage) error {
 	r.RawMessages = raw
 	out := make([]tokenizer.Message, len(ms))
 	for i, m := range ms {
-		if m.Role == "" {
-			return fmt.Errorf("%w: messages[%d].role is required", ErrBadRequest, i)
+		role, err := str(m[keyRole], fmt.Sprintf("messages[%d].role", i), true)
+		if err != nil {
+			return err
 		}
-		text, err := tokenizer.FlattenContent(m.Content)
+		text, err := tokenizer.FlattenContent(m[keyContent])
 		if errors.Is(err, tokenizer.ErrUnsupportedContent) {
 			// Images and the like: the engine renders them, the router
 			// cannot, so it routes on load alone.
@@ -193,10 +189,18 @@ func (r *Request) parseMessages(raw json.RawMessage) error {
 		if err != nil {
 			return fmt.Errorf("%w: messages[%d].content: %v", ErrBadRequest, i, err)
 		}
-		out[i] = tokenizer.Message{Role: m.Role, Content: text}
+		out[i] = tokenizer.Message{Role: role, Content: text}
 	}
 	r.Messages = out
 	return nil
+}
+
+// unmarshalNumbers decodes keeping numbers as written, so that 1.0 and 1e0
+// are seen for what they are.
+func unmarshalNumbers(raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
 }
 
 func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
@@ -231,10 +235,8 @@ func boolean(raw json.RawMessage, field string, def bool) (bool, error) {
 
 // guessKind picks the endpoint a /debug/route body was meant for.
 func guessKind(body []byte) Kind {
-	var probe struct {
-		Messages json.RawMessage `json:"messages"`
-	}
-	if json.Unmarshal(body, &probe) == nil && len(probe.Messages) > 0 && !isNull(probe.Messages) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(body, &probe) == nil && len(probe[keyMessages]) > 0 && !isNull(probe[keyMessages]) {
 		return KindChat
 	}
 	return KindCompletion

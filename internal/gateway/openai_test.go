@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"kvrouter/internal/tokenizer"
+)
+
+func TestParseRequest(t *testing.T) {
+	tests := []struct {
+		name string
+		kind Kind
+		body string
+		err  string // substring of the error; "" for success
+		want Request
+	}{
+		{name: "text prompt", kind: KindCompletion, body: `{"model":"m","prompt":"hi","cache_salt":"s","stream":true}`,
+			want: Request{Model: "m", Prompt: "hi", Salt: "s", Stream: true, AddGenerationPrompt: true}},
+		{name: "token ids", kind: KindCompletion, body: `{"model":"m","prompt":[1,4294967295,0]}`,
+			want: Request{Model: "m", Tokens: []uint32{1, 1<<32 - 1, 0}, HasTokens: true, AddGenerationPrompt: true}},
+		{name: "batch of strings routes by the first", kind: KindCompletion, body: `{"model":"m","prompt":["a","b"]}`,
+			want: Request{Model: "m", Prompt: "a", AddGenerationPrompt: true}},
+		{name: "batch of token lists", kind: KindCompletion, body: `{"model":"m","prompt":[[7,8],[9]]}`,
+			want: Request{Model: "m", Tokens: []uint32{7, 8}, HasTokens: true, AddGenerationPrompt: true}},
+		{name: "usage asked", kind: KindCompletion, body: `{"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true}}`,
+			want: Request{Model: "m", Prompt: "x", Stream: true, IncludeUsage: true, AddGenerationPrompt: true}},
+		{name: "chat with content parts", kind: KindChat,
+			body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"add_generation_prompt":false}`,
+			want: Request{Kind: KindChat, Model: "m", Messages: []tokenizer.Message{{Role: "user", Content: "a\nb"}},
+				RawMessages: json.RawMessage(`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]`)}},
+		{name: "chat with an image routes on load", kind: KindChat,
+			body: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`,
+			want: Request{Kind: KindChat, Model: "m", AddGenerationPrompt: true,
+				RawMessages: json.RawMessage(`[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]`)}},
+		{name: "model missing", kind: KindCompletion, body: `{"prompt":"x"}`, err: "model is required"},
+		{name: "model not a string", kind: KindCompletion, body: `{"model":3,"prompt":"x"}`, err: "model: want a string"},
+		{name: "token id too large", kind: KindCompletion, body: `{"model":"m","prompt":[4294967296]}`, err: "prompt[0] = 4294967296"},
+		{name: "token id fractional", kind: KindCompletion, body: `{"model":"m","prompt":[1.5]}`, err: "prompt[0] = 1.5"},
+		{name: "empty prompt list", kind: KindCompletion, body: `{"model":"m","prompt":[]}`, err: "prompt is empty"},
+		{name: "prompt object", kind: KindCompletion, body: `{"model":"m","prompt":{}}`, err: "prompt: want"},
+		{name: "stream not a bool", kind: KindCompletion, body: `{"model":"m","prompt":"x","stream":"yes"}`, err: "stream: want true or false"},
+		{name: "bad stream_options", kind: KindCompletion, body: `{"model":"m","prompt":"x","stream_options":[]}`, err: "stream_options"},
+		{name: "salt not a string", kind: KindCompletion, body: `{"model":"m","prompt":"x","cache_salt":1}`, err: "cache_salt"},
+		{name: "message without role", kind: KindChat, body: `{"model":"m","messages":[{"content":"x"}]}`, err: "messages[0].role"},
+		{name: "empty messages", kind: KindChat, body: `{"model":"m","messages":[]}`, err: "messages is empty"},
+		{name: "trailing data", kind: KindCompletion, body: `{"model":"m","prompt":"x"}}`, err: "not valid JSON"},
+		{name: "keys are case-sensitive", kind: KindCompletion, body: `{"Model":"m","prompt":"x"}`, err: "model is required"},
+		{name: "not an object", kind: KindCompletion, body: `[1]`, err: "not a JSON object"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseRequest(tc.kind, []byte(tc.body))
+			if tc.err != "" {
+				if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want ErrBadRequest containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", *got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParseRequest: any body either parses into something routable or is
+// refused with ErrBadRequest; the body edits the router makes keep a
+// parsable body parsable and the same to routing.
+func FuzzParseRequest(f *testing.F) {
+	f.Add(false, []byte(`{"model":"m","prompt":"hello"}`))
+	f.Add(false, []byte(`{"model":"m","prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":false}}`))
+	f.Add(true, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"kv_hints":{"actions":[]}}`))
+	f.Fuzz(func(t *testing.T, chat bool, body []byte) {
+		kind := KindCompletion
+		if chat {
+			kind = KindChat
+		}
+		req, err := ParseRequest(kind, body)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("error without ErrBadRequest: %v", err)
+			}
+			return
+		}
+		if req.Model == "" {
+			t.Fatal("parsed without a model")
+		}
+		if kind == KindChat && req.RawMessages == nil {
+			t.Fatal("chat without messages")
+		}
+		edited, err := setMember(body, keyDataParallelRank, []byte("3"))
+		if err != nil {
+			t.Fatalf("setMember on a parsed body: %v", err)
+		}
+		if req.Stream {
+			if edited, err = withUsage(edited); err != nil {
+				t.Fatalf("withUsage on a parsed body: %v", err)
+			}
+		}
+		again, err := ParseRequest(kind, edited)
+		if err != nil {
+			t.Fatalf("edited body no longer parses: %v\n%s", err, edited)
+		}
+		if again.Model != req.Model || again.Prompt != req.Prompt || !slices.Equal(again.Tokens, req.Tokens) ||
+			again.Salt != req.Salt || again.Stream != req.Stream || !reflect.DeepEqual(again.Messages, req.Messages) {
+			t.Fatalf("edit changed the request:\n%+v\n%+v", req, again)
+		}
+		if req.Stream && !again.IncludeUsage {
+			t.Fatal("usage not asked for")
+		}
+	})
+}
+
+func TestSetMember(t *testing.T) {
+	tests := []struct {
+		name, body, key, value, want string
+	}{
+		{"append", `{"a":1}`, "k", "2", `{"a":1,"k":2}`},
+		{"empty object", ` { } `, "k", "2", ` {"k":2} `},
+		{"replace every duplicate", `{"k":1,"a":[1,{"k":3}],"k":"x"}`, "k", "true", `{"a":[1,{"k":3}],"k":true}`},
+		{"escaped key", `{"\u006b":1, "b" : 1e400}`, "k", "null", `{"b" : 1e400,"k":null}`},
+		{"only the key", `{"k":{"x":1}}`, "k", "0", `{"k":0}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := setMember([]byte(tc.body), tc.key, []byte(tc.value))
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("got %s (%v), want %s", got, err, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{`[1]`, `{"a":`, `"s"`} {
+		if _, err := setMember([]byte(bad), "k", []byte("1")); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s: err = %v", bad, err)
+		}
+	}
+	got, err := withUsage([]byte(`{"stream_options":{"continuous_usage_stats":true,"include_usage":false},"stream":true}`))
+	if err != nil || string(got) != `{"stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true}}` {
+		t.Fatalf("withUsage: %s %v", got, err)
+	}
+}
+
+// FuzzSetMember: on any JSON object, setMember leaves every other member
+// as it was and the key holding the value.
+func FuzzSetMember(f *testing.F) {
+	f.Add([]byte(`{"a":1,"k":2}`), "k")
+	f.Add([]byte(` {"\u006b" : [1, "}"] ,"b":"\""}`), "k")
+	f.Add([]byte(`{}`), "data_parallel_rank")
+	f.Fuzz(func(t *testing.T, body []byte, key string) {
+		var before map[string]json.RawMessage
+		if json.Unmarshal(body, &before) != nil || before == nil {
+			return
+		}
+		keyJSON, _ := json.Marshal(key)
+		var k string
+		if json.Unmarshal(keyJSON, &k) != nil || k != key {
+			return // not representable as a JSON key
+		}
+		out, err := setMember(body, key, []byte(`{"v":7}`))
+		if err != nil {
+			t.Fatalf("setMember: %v", err)
+		}
+		var after map[string]json.RawMessage
+		if err := json.Unmarshal(out, &after); err != nil {
+			t.Fatalf("invalid result %s: %v", out, err)
+		}
+		if string(after[key]) != `{"v":7}` {
+			t.Fatalf("key holds %s in %s", after[key], out)
+		}
+		delete(before, key)
+		delete(after, key)
+		if !reflect.DeepEqual(before, after) {
+			t.Fatalf("other members changed:\n%s\n%s", body, out)
+		}
+	})
+}
