@@ -87,6 +87,8 @@ when --allow-target-override is set.`,
 	f := cmd.Flags()
 	f.StringVar(&o.Listen, "listen", o.Listen, "HOST:PORT of the HTTP front door")
 	f.StringVar(&o.NATS, "nats", "", "URL of the NATS cluster (JetStream enabled) where agents register and replicas share load; empty starts an embedded server")
+	f.StringVar(&o.NATSListen, "nats-listen", o.NATSListen, "HOST:PORT of the embedded NATS server when --nats is empty (port 0 picks a free one); use a reachable host for agents on other machines")
+	f.StringVar(&o.Bucket, "discovery-bucket", o.Bucket, "NATS key-value bucket of worker registrations (the agents' --discovery-bucket)")
 	f.DurationVar(&o.Lease, "lease", o.Lease, "registration lease of the discovery bucket; must equal the agents' --lease")
 	f.StringArrayVar(&workers, "worker", nil, "an engine to route to without a state agent (repeatable; keys above)")
 	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router with their KV events, e.g. tcp://*:5557")

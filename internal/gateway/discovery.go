@@ -133,6 +133,9 @@ func (d *Discovery) put(dw discovery.Worker) {
 		f.reg = dw
 		return
 	}
+	d.Log.Info("discovery: worker joined", "worker", w.ID, "model", w.Model, "engine", w.Engine, "url", w.URL,
+		"dp_start", w.DPStart, "dp_size", w.DPSize, "block_size", w.BlockSize, "mode", w.Mode,
+		"hint_type", w.Capability.Type, "events", dw.Events)
 	if dw.Events == "" {
 		d.followers[w.ID] = &follower{reg: dw}
 		return
@@ -169,6 +172,7 @@ func (d *Discovery) remove(id string) {
 	delete(d.refused, id)
 	if w, ok := d.Router.Worker(id); ok && w.Origin == router.OriginDiscovery {
 		d.Router.Remove(id, d.Now())
+		d.Log.Info("discovery: worker left", "worker", id)
 	}
 }
 

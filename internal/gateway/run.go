@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ type Options struct {
 	// server. Bus, when set, is used instead (tests share one).
 	NATS string
 	Bus  *bus.Bus
+	// NATSListen is where the embedded server listens (HOST:PORT, port 0
+	// picks one); agents on other machines need a reachable host.
+	NATSListen string
 	// Registry overrides the NATS key-value registry (tests use
 	// discovery.Memory). Bucket and Lease configure the NATS one.
 	Registry discovery.Registry
@@ -81,7 +85,7 @@ type Options struct {
 // Defaults returns the flag defaults.
 func Defaults() Options {
 	return Options{
-		Listen: ":8080", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
+		Listen: ":8080", NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
 		Weights:    schedule.DefaultWeights(),
 		HintPolicy: PolicyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
@@ -235,7 +239,18 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	g := &Gateway{Router: r, Metrics: NewMetrics(r.Stats), Bus: o.Bus}
 	if g.Bus == nil {
-		if g.Bus, err = bus.Open(ctx, bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log}); err != nil {
+		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log}
+		if o.NATS == "" {
+			host, port, err := net.SplitHostPort(o.NATSListen)
+			if err != nil {
+				return nil, fmt.Errorf("%w: --nats-listen %q: want HOST:PORT: %v", ErrOptions, o.NATSListen, err)
+			}
+			if bo.Port, err = strconv.Atoi(port); err != nil || bo.Port < 0 || bo.Port > 65535 {
+				return nil, fmt.Errorf("%w: --nats-listen %q: bad port", ErrOptions, o.NATSListen)
+			}
+			bo.Host = host
+		}
+		if g.Bus, err = bus.Open(ctx, bo); err != nil {
 			return nil, fmt.Errorf("--nats %q: %w", o.NATS, err)
 		}
 		g.ownBus = true

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestServeRefusesBadFlags: a configuration that cannot start fails before
+// serving, with an error naming the flag to fix.
+func TestServeRefusesBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--worker", "url=ftp://h:1"}, []string{"--worker", "url"}},
+		{[]string{"--worker", "url=http://h:1,events=tcp://*:5557"}, []string{"--worker", "events=tcp://*:5557", "dials"}},
+		{[]string{"--worker", "url=http://h:1", "--worker", "url=http://h:1"}, []string{"--worker id", "h:1", "id="}},
+		{[]string{"--hint-policy", "always"}, []string{"--hint-policy", "always"}},
+		{[]string{"--hint-policy", "min-blocks", "--hint-min-blocks", "0"}, []string{"--hint-min-blocks"}},
+		{[]string{"--hint-bandwidth-gbps", "0"}, []string{"--hint-bandwidth-gbps"}},
+		{[]string{"--temperature", "-1"}, []string{"--temperature"}},
+		{[]string{"--approx-ttl", "0s"}, []string{"--approx-ttl"}},
+		{[]string{"--chat-template", "/nonexistent/t.tmpl"}, []string{"--chat-template", "chatml"}},
+		{[]string{"--tokenizer", "/nonexistent/tokenizer.json"}, []string{"--tokenizer", "/nonexistent/tokenizer.json"}},
+		{[]string{"--nats-listen", "nowhere"}, []string{"--nats-listen"}},
+		{[]string{"--log-level", "loud"}, []string{"--log-level"}},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := newServeCmd()
+			cmd.SilenceUsage, cmd.SilenceErrors = true, true
+			cmd.SetOut(&bytes.Buffer{})
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SetArgs(append([]string{"--listen", "127.0.0.1:0"}, tc.args...))
+			err := cmd.Execute()
+			if err == nil {
+				t.Fatal("started")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestServeHelp: every flag is explained.
+func TestServeHelp(t *testing.T) {
+	cmd := newServeCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"listen", "nats", "nats-listen", "discovery-bucket", "lease", "worker", "events-bind", "tokenizer",
+		"tokenize-cache", "chat-template", "tokenizer-config", "temperature", "overlap-credit", "host-credit", "disk-credit",
+		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-bandwidth-gbps", "hint-setup-ms",
+		"hint-prefill-tokens-per-s", "kv-bytes-per-token", "approx-ttl", "detached-owner-ttl", "engine-metrics-interval",
+		"allow-target-override", "max-blocks", "replica", "log-level"} {
+		if !strings.Contains(out.String(), "--"+flag+" ") {
+			t.Errorf("--help does not explain --%s", flag)
+		}
+	}
+	for _, key := range []string{"url=", "events=", "replay=", "block_size=", "dp=", "type=", "id=", "model=", "engine=", "hint="} {
+		if !strings.Contains(out.String(), key) {
+			t.Errorf("--help does not explain the --worker key %s", key)
+		}
+	}
+}
