@@ -29,6 +29,7 @@ func TestLongestPrefixAndHint(t *testing.T) {
 	b.ready(b.rank(), b.owner())
 	eb.metrics = "sglang:num_running_reqs 40\nsglang:num_used_tokens 4000\n"
 	g := h.router(func(o *Options) { o.EngineMetricsInterval = 10 * time.Millisecond })
+	waitWorkers(t, g, 2)
 
 	body := completionBody(toks, `,"kv_hints":{"protocol_version":"0.1","actions":[{"action_type":"kv.fetch","payload":{"source_control_endpoint":"tcp://evil:1","block_hashes":[1]}}]}`)
 	var r routeJSON
@@ -94,6 +95,7 @@ func TestHintFailsClosed(t *testing.T) {
 				b.ready(b.owner())
 			}
 			g := h.router(func(o *Options) { o.AllowTargetOverride = true })
+			waitWorkers(t, g, 2)
 			body := completionBody(toks, `,"cache_salt":"`+tc.salt+`"`)
 			// b's own runner would draw the request to b; the target is
 			// forced to a to look at a's hint.
@@ -121,6 +123,7 @@ func TestRemovalAndLateRouter(t *testing.T) {
 	a.ready(a.rank(), a.owner())
 	b.ready(b.rank(), b.owner())
 	g := h.router(nil) // late: everything above came before it
+	waitWorkers(t, g, 2)
 	body := completionBody(toks, "")
 	var r routeJSON
 	eventually(t, "the initial inventory", func() bool {
@@ -136,6 +139,7 @@ func TestRemovalAndLateRouter(t *testing.T) {
 		t.Fatalf("override without the flag: %d %s", status, resp)
 	}
 	g2 := h.router(func(o *Options) { o.AllowTargetOverride = true })
+	waitWorkers(t, g2, 2)
 	var forced routeJSON
 	eventually(t, "the forced route's hint", func() bool {
 		forced = g2.routeTo(t, body, "a")
@@ -165,6 +169,7 @@ func TestWorkerLeaves(t *testing.T) {
 	a.ready(a.rank(), a.owner())
 	b.ready(b.rank(), b.owner())
 	g := h.router(func(o *Options) { o.DetachedOwnerTTL = time.Minute; o.AllowTargetOverride = true })
+	waitWorkers(t, g, 3)
 	body := completionBody(toks, "")
 
 	eventually(t, "b's runner as source", func() bool { return string(g.routeTo(t, body, "a").Hint) != "null" })

@@ -104,7 +104,11 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 			fmt.Sprintf("worker %s: %v", t.Worker.ID, err), outcomeUpstreamError}}
 	}
 	defer resp.Body.Close()
-	s.Router.Commit(d, s.Now())
+	if resp.StatusCode < 400 {
+		// The engine took the prompt: in approximate mode, its blocks are
+		// now assumed cached there.
+		s.Router.Commit(d, s.Now())
+	}
 	s.countDecision(d)
 
 	hinted := strconv.FormatBool(d.HintDecision.Hinted())
@@ -170,6 +174,11 @@ func (s *Server) countDecision(d *router.Decision) {
 func copyHeaders(dst, src http.Header) {
 	for k, vs := range src {
 		dst[k] = append([]string(nil), vs...)
+	}
+	for _, v := range src.Values("Connection") {
+		for _, h := range strings.Split(v, ",") {
+			dst.Del(strings.TrimSpace(h))
+		}
 	}
 	for _, h := range hopHeaders {
 		dst.Del(h)

@@ -35,6 +35,7 @@ func TestReplicasAgree(t *testing.T) {
 	g1, g2 := h.router(nil), h.router(nil)
 	long := completionBody(append(append([]uint32(nil), shared...), prompt(5000, 3)...), "")
 	for _, g := range []*Gateway{g1, g2} {
+		waitWorkers(t, g, 4)
 		eventually(t, "the inventory", func() bool { return g.route(t, long).OverlapBlocks == 5 })
 	}
 	targets := map[string]bool{}
