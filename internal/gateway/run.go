@@ -288,6 +288,8 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 			o.Log.Error("http server stopped", "err", err)
 		}
 	})
+	// Agents' registrations are unknown until the first watch is in step.
+	r.SetDiscoveryLive(false)
 	disc := &Discovery{Registry: reg, Router: r, NC: g.Bus.Conn, Metrics: g.Metrics, Log: o.Log, Now: o.Now}
 	run(func() { disc.Run(ctx) })
 	fleet := &Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: g.Metrics, Log: o.Log, Now: o.Now}
