@@ -36,6 +36,9 @@ const (
 	loopback      = "127.0.0.1"
 )
 
+// allocate is allocPorts; a test takes a port away behind its back.
+var allocate = allocPorts
+
 // ErrOptions marks options that cannot make a cluster.
 var ErrOptions = errors.New("cluster: bad options")
 
@@ -285,11 +288,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 // start runs one attempt with a fresh port range.
 func (c *Cluster) start(ctx context.Context) error {
 	o := &c.opts
-	pr, err := allocPorts(o.Engines*o.enginePorts() + len(o.RouterFlags))
+	pr, err := allocate(o.Engines*o.enginePorts() + len(o.RouterFlags))
 	if err != nil {
 		return err
 	}
 	cur := pr.cursor()
+	c.routersStarted = 0 // a retry appends to the same logs
 	c.engines = make([]Engine, o.Engines)
 	c.engineProcs, c.agentProcs = make([]*proc, o.Engines), make([]*proc, o.Engines)
 	for i := range c.engines {
@@ -364,7 +368,7 @@ func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
 // waits until it sees every worker ready: a benchmark can run one policy
 // after another against the same warm engines.
 func (c *Cluster) AddRouter(ctx context.Context, flags []string) (Router, error) {
-	pr, err := allocPorts(1)
+	pr, err := allocate(1)
 	if err != nil {
 		return Router{}, err
 	}

@@ -165,6 +165,45 @@ func TestStartStop(t *testing.T) {
 	}
 }
 
+// TestStartRetriesLostPort: a port taken between the check and the child's
+// bind fails that attempt, and Start tries again on other ports.
+func TestStartRetriesLostPort(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	calls := 0
+	allocate = func(n int) (portRange, error) {
+		calls++
+		if calls == 1 {
+			return portRange{Base: taken, N: n}, nil // engine A's HTTP port
+		}
+		return allocPorts(n)
+	}
+	defer func() { allocate = allocPorts }()
+	dir := t.TempDir()
+	c, err := Start(testCtx(t), Options{Binary: bin, LogDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if calls != 2 {
+		t.Fatalf("%d port allocations, want 2", calls)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "engine-A.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "address already in use") {
+		t.Fatalf("engine A's log does not show the lost port:\n%s", b)
+	}
+	if strings.Contains(c.Engines()[0].URL, ":"+strconv.Itoa(taken)) {
+		t.Fatalf("engine A on the taken port %d: %s", taken, c.Engines()[0].URL)
+	}
+}
+
 // TestStartFailure: an engine that cannot start fails Start with its log,
 // and nothing is left running.
 func TestStartFailure(t *testing.T) {

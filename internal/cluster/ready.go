@@ -12,11 +12,15 @@ import (
 
 const (
 	pollEvery = 50 * time.Millisecond
+	// pollTimeout bounds one poll, so that a port that accepts but never
+	// answers (someone else's, or a wedged child) does not hide the exit
+	// of the process that should have bound it.
+	pollTimeout = time.Second
 	// pokeEvery spaces the resets that make an idle engine publish.
 	pokeEvery = 500 * time.Millisecond
 )
 
-var client = &http.Client{Timeout: 5 * time.Second}
+var client = &http.Client{Timeout: pollTimeout}
 
 // waitEngines waits until every engine answers GET /health.
 func (c *Cluster) waitEngines(ctx context.Context) error {
