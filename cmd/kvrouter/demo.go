@@ -56,7 +56,8 @@ A's runner and restore at least 1,984 tokens from it with the same output;
 then the blocks are evicted from A (GPU and runner) and from B, and once the
 removals reach the router it must attach no hint. It prints one JSON object
 {"restored_tokens", "output_match", "peer_hint_after_eviction", "hint",
-"steps"} and exits 0 only when every check holds.`,
+"steps"} and exits 0 only when every check holds. It reads --flavor, --log-dir
+and --json; the other flags shape the workload run.`,
 		Example: `  kvrouter demo
   kvrouter demo --keep
   kvrouter demo --engines 4 --sessions 64 --json

@@ -165,6 +165,32 @@ func TestStartStop(t *testing.T) {
 	}
 }
 
+// TestAddRouter: a router added later learns the workers, ready, from the
+// agents alone, and StopRouter ends only it.
+func TestAddRouter(t *testing.T) {
+	c, err := Start(testCtx(t), Options{Binary: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	r, err := c.AddRouter(testCtx(t), []string{"--hint-policy", "min-blocks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := c.Routers(); len(rs) != 2 || rs[1].URL != r.URL || c.RouterURL() == r.URL {
+		t.Fatalf("routers %+v after adding %s", rs, r.URL)
+	}
+	if err := c.StopRouter(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(r.PID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("stopped router %d still exists (kill 0: %v)", r.PID, err)
+	}
+	if rs := c.Routers(); len(rs) != 1 || !healthy(testCtx(t), rs[0].URL+"/healthz") {
+		t.Fatalf("routers %+v after stopping the added one", rs)
+	}
+}
+
 // TestStartRetriesLostPort: a port taken between the check and the child's
 // bind fails that attempt, and Start tries again on other ports.
 func TestStartRetriesLostPort(t *testing.T) {
