@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -22,30 +23,50 @@ const (
 	headerRequestID  = "X-Request-Id"
 )
 
+// member is a top-level member to set: key and raw JSON value.
+type member struct {
+	key   string
+	value []byte
+}
+
 // setMember drops every top-level member named key and appends key with
 // value (raw JSON). A repeated key would leave the engine to pick one, and
 // Python's json keeps the last: appending makes ours the one it keeps.
 func setMember(body []byte, key string, value []byte) ([]byte, error) {
+	if err := checkObject(body); err != nil {
+		return nil, err
+	}
+	return editMembers(body, member{key, value}), nil
+}
+
+func checkObject(body []byte) error {
 	if !json.Valid(body) {
-		return nil, fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
+		return fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
+	if body[skipSpace(body, 0)] != '{' {
+		return fmt.Errorf("%w: want a JSON object", ErrBadRequest)
+	}
+	return nil
+}
+
+// editMembers is setMember for several members on a body already known to
+// be a valid JSON object: large prompts make every validation pass count.
+func editMembers(body []byte, set ...member) []byte {
 	open := skipSpace(body, 0)
-	if body[open] != '{' {
-		return nil, fmt.Errorf("%w: want a JSON object", ErrBadRequest)
+	extra := 0
+	for _, m := range set {
+		extra += len(m.key) + len(m.value) + 8
 	}
-	out := make([]byte, 0, len(body)+len(key)+len(value)+8)
+	out := make([]byte, 0, len(body)+extra)
 	out = append(out, body[:open+1]...)
 	kept := 0
 	i := skipSpace(body, open+1)
 	for body[i] != '}' {
-		start := i
-		end := skipString(body, i)
-		var k string
-		_ = json.Unmarshal(body[start:end], &k) // unescapes "\u006dodel" too
+		start, end := i, skipString(body, i)
 		i = skipSpace(body, end)
 		i = skipSpace(body, i+1) // the colon
 		i = skipValue(body, i)
-		if k != key {
+		if !setsKey(set, body[start:end]) {
 			if kept > 0 {
 				out = append(out, ',')
 			}
@@ -57,38 +78,81 @@ func setMember(body []byte, key string, value []byte) ([]byte, error) {
 			i = skipSpace(body, i+1)
 		}
 	}
-	if kept > 0 {
-		out = append(out, ',')
+	for _, m := range set {
+		if kept > 0 {
+			out = append(out, ',')
+		}
+		k, _ := json.Marshal(m.key) // a string always marshals
+		out = append(append(append(out, k...), ':'), m.value...)
+		kept++
 	}
-	k, _ := json.Marshal(key) // a string always marshals
-	out = append(out, k...)
-	out = append(out, ':')
-	out = append(out, value...)
 	out = append(out, '}')
-	return append(out, body[i+1:]...), nil
+	return append(out, body[i+1:]...)
 }
 
-// withUsage asks the engine to end a stream with a usage chunk, keeping the
-// client's other stream options.
-func withUsage(body []byte) ([]byte, error) {
-	var w struct {
-		StreamOptions json.RawMessage `json:"stream_options"`
+// setsKey reports whether the quoted key raw is one of set's keys.
+func setsKey(set []member, raw []byte) bool {
+	var k string
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		_ = json.Unmarshal(raw, &k) // "\u006dodel" is "model" too
+	} else {
+		k = string(raw[1 : len(raw)-1])
 	}
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	for _, m := range set {
+		if m.key == k {
+			return true
+		}
 	}
+	return false
+}
+
+// topMember returns the value of the last top-level member named key in a
+// body known to be a valid JSON object.
+func topMember(body []byte, key string) ([]byte, bool) {
+	var v []byte
+	found := false
+	probe := []member{{key: key}}
+	i := skipSpace(body, skipSpace(body, 0)+1)
+	for body[i] != '}' {
+		start, end := i, skipString(body, i)
+		i = skipSpace(body, end)
+		i = skipSpace(body, i+1)
+		vs := i
+		i = skipValue(body, i)
+		if setsKey(probe, body[start:end]) {
+			v, found = body[vs:i], true
+		}
+		i = skipSpace(body, i)
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	return v, found
+}
+
+// usageOptions is the stream_options value asking for a usage chunk,
+// keeping the client's other options (body: a valid JSON object).
+func usageOptions(body []byte) ([]byte, error) {
 	opts := map[string]json.RawMessage{}
-	if len(w.StreamOptions) > 0 && !isNull(w.StreamOptions) {
-		if err := json.Unmarshal(w.StreamOptions, &opts); err != nil {
+	if v, ok := topMember(body, keyStreamOptions); ok && !isNull(v) {
+		if err := json.Unmarshal(v, &opts); err != nil {
 			return nil, fmt.Errorf("%w: stream_options: want an object", ErrBadRequest)
 		}
 	}
 	opts[keyIncludeUsage] = json.RawMessage("true")
-	v, err := json.Marshal(opts)
+	return json.Marshal(opts)
+}
+
+// withUsage asks the engine to end a stream with a usage chunk.
+func withUsage(body []byte) ([]byte, error) {
+	if err := checkObject(body); err != nil {
+		return nil, err
+	}
+	v, err := usageOptions(body)
 	if err != nil {
 		return nil, err
 	}
-	return setMember(body, keyStreamOptions, v)
+	return editMembers(body, member{keyStreamOptions, v}), nil
 }
 
 func skipSpace(b []byte, i int) int {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unicode/utf8"
 
 	"kvrouter/internal/tokenizer"
 )
@@ -69,8 +70,14 @@ func ParseRequest(kind Kind, body []byte) (*Request, error) {
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
-	var w map[string]json.RawMessage
-	if err := json.Unmarshal(body, &w); err != nil || w == nil {
+	return parseValid(kind, body)
+}
+
+// parseValid is ParseRequest on a body already validated (by hints.Strip):
+// a long prompt makes every pass over it count.
+func parseValid(kind Kind, body []byte) (*Request, error) {
+	w, ok := members(body)
+	if !ok {
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrBadRequest)
 	}
 	req := &Request{Kind: kind, AddGenerationPrompt: true}
@@ -85,8 +92,8 @@ func ParseRequest(kind Kind, body []byte) (*Request, error) {
 		return nil, err
 	}
 	if so := w[keyStreamOptions]; len(so) > 0 && !isNull(so) {
-		var opts map[string]json.RawMessage
-		if err := json.Unmarshal(so, &opts); err != nil || opts == nil {
+		opts, ok := members(so)
+		if !ok {
 			return nil, fmt.Errorf("%w: stream_options: want an object", ErrBadRequest)
 		}
 		if req.IncludeUsage, err = boolean(opts[keyIncludeUsage], "stream_options.include_usage", false); err != nil {
@@ -120,8 +127,8 @@ func (r *Request) parsePrompt(raw json.RawMessage) error {
 	if raw[0] == '"' {
 		return json.Unmarshal(raw, &r.Prompt)
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
+	items, ok := elements(raw)
+	if !ok {
 		return fmt.Errorf("%w: prompt: want a string, a list of strings, token ids or lists of token ids", ErrBadRequest)
 	}
 	if len(items) == 0 {
@@ -165,21 +172,25 @@ func (r *Request) parseMessages(raw json.RawMessage) error {
 	if len(raw) == 0 || isNull(raw) {
 		return fmt.Errorf("%w: messages is required", ErrBadRequest)
 	}
-	var ms []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &ms); err != nil {
-		return fmt.Errorf("%w: messages: want a list of {role, content}: %v", ErrBadRequest, err)
+	elems, ok := elements(raw)
+	if !ok {
+		return fmt.Errorf("%w: messages: want a list of {role, content}", ErrBadRequest)
 	}
-	if len(ms) == 0 {
+	if len(elems) == 0 {
 		return fmt.Errorf("%w: messages is empty", ErrBadRequest)
 	}
 	r.RawMessages = raw
-	out := make([]tokenizer.Message, len(ms))
-	for i, m := range ms {
+	out := make([]tokenizer.Message, len(elems))
+	for i, e := range elems {
+		m, ok := members(e)
+		if !ok {
+			return fmt.Errorf("%w: messages[%d]: want an object {role, content}", ErrBadRequest, i)
+		}
 		role, err := str(m[keyRole], fmt.Sprintf("messages[%d].role", i), true)
 		if err != nil {
 			return err
 		}
-		text, err := tokenizer.FlattenContent(m[keyContent])
+		text, err := flatten(m[keyContent])
 		if errors.Is(err, tokenizer.ErrUnsupportedContent) {
 			// Images and the like: the engine renders them, the router
 			// cannot, so it routes on load alone.
@@ -201,6 +212,60 @@ func unmarshalNumbers(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	return dec.Decode(v)
+}
+
+// flatten is tokenizer.FlattenContent with a fast path for the common
+// case, a plain string without escapes, which needs no decoding pass.
+func flatten(raw json.RawMessage) (string, error) {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	return tokenizer.FlattenContent(raw)
+}
+
+// members maps the members of a JSON object (part of a valid document) to
+// their raw values without decoding them: a prompt is read once, not once
+// per level. Keys are unescaped; the last of repeated keys wins.
+func members(b []byte) (map[string]json.RawMessage, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	out := map[string]json.RawMessage{}
+	for i = skipSpace(b, i+1); b[i] != '}'; {
+		start, end := i, skipString(b, i)
+		key := string(b[start+1 : end-1])
+		if bytes.IndexByte(b[start:end], '\\') >= 0 {
+			_ = json.Unmarshal(b[start:end], &key)
+		}
+		i = skipSpace(b, end)
+		i = skipSpace(b, i+1) // the colon
+		v := i
+		i = skipValue(b, i)
+		out[key] = b[v:i]
+		if i = skipSpace(b, i); b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	return out, true
+}
+
+// elements splits a JSON array (part of a valid document) into raw values.
+func elements(b []byte) ([]json.RawMessage, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, false
+	}
+	var out []json.RawMessage
+	for i = skipSpace(b, i+1); b[i] != ']'; {
+		v := i
+		i = skipValue(b, i)
+		out = append(out, b[v:i])
+		if i = skipSpace(b, i); b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	return out, true
 }
 
 func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
@@ -235,8 +300,10 @@ func boolean(raw json.RawMessage, field string, def bool) (bool, error) {
 
 // guessKind picks the endpoint a /debug/route body was meant for.
 func guessKind(body []byte) Kind {
-	var probe map[string]json.RawMessage
-	if json.Unmarshal(body, &probe) == nil && len(probe[keyMessages]) > 0 && !isNull(probe[keyMessages]) {
+	if !json.Valid(body) {
+		return KindCompletion
+	}
+	if m, ok := members(body); ok && len(m[keyMessages]) > 0 && !isNull(m[keyMessages]) {
 		return KindChat
 	}
 	return KindCompletion

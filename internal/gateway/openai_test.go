@@ -182,3 +182,15 @@ func FuzzSetMember(f *testing.F) {
 		}
 	})
 }
+
+// TestFlatten: the fast path reads content exactly as FlattenContent does.
+func TestFlatten(t *testing.T) {
+	for _, raw := range []string{`"plain text"`, `""`, `"tab\there"`, `"\u00e9t\u00e9"`, `"caf` + "\u00e9" + `"`, `"bad ` + "\xff" + `"`,
+		`null`, `[{"type":"text","text":"a"},{"type":"text","text":"b"}]`, `[{"type":"image_url"}]`, `3`} {
+		got, err := flatten(json.RawMessage(raw))
+		want, werr := tokenizer.FlattenContent(json.RawMessage(raw))
+		if got != want || (err == nil) != (werr == nil) {
+			t.Errorf("%s: %q %v, want %q %v", raw, got, err, want, werr)
+		}
+	}
+}

@@ -42,16 +42,22 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 			return nil, err
 		}
 	}
+	// The body parsed as a JSON object and the hint went in as valid JSON:
+	// the edits below need no further validation pass over the prompt.
+	var set []member
 	if d.Target.Worker.Engine == router.EngineSGLang {
 		local := strconv.Itoa(d.Target.Rank - d.Target.Worker.DPStart)
-		if body, err = setMember(body, keyDataParallelRank, []byte(local)); err != nil {
-			return nil, err
-		}
+		set = append(set, member{keyDataParallelRank, []byte(local)})
 	}
 	if p.req.Stream && !p.req.IncludeUsage {
-		if body, err = withUsage(body); err != nil {
+		v, err := usageOptions(body)
+		if err != nil {
 			return nil, err
 		}
+		set = append(set, member{keyStreamOptions, v})
+	}
+	if len(set) > 0 {
+		body = editMembers(body, set...)
 	}
 	return body, nil
 }

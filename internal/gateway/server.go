@@ -133,7 +133,7 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind) (*prepared, *a
 	if body, _, err = hints.Strip(body); err != nil {
 		return nil, badRequest(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
-	req, err := ParseRequest(kind, body)
+	req, err := parseValid(kind, body) // Strip validated it
 	if err != nil {
 		return nil, badRequest(err)
 	}

@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"kvrouter/internal/hints"
+	"kvrouter/internal/router"
+	"kvrouter/internal/tokenizer"
+)
+
+// benchChat is a chat request of about 8k tokens of varied text.
+func benchChat(b *testing.B) []byte {
+	words := strings.Fields("the router weighs cache overlap against load and tells the chosen worker where to pull the rest of its prefix from while the engines keep decoding tokens for everyone else in the fleet")
+	var sb strings.Builder
+	for i := 0; sb.Len() < 40000; i++ {
+		sb.WriteString(words[(i*7)%len(words)])
+		sb.WriteByte(' ')
+	}
+	body, err := json.Marshal(map[string]any{"model": "m", "stream": true, "messages": []map[string]string{
+		{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": sb.String()}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkFrontDoor measures what a request costs the router before and
+// after the decision: strip, parse, chat template and tokenization
+// (tokenize_us), then the forwarded body with a hint, the DP rank and the
+// usage request (body_us).
+func BenchmarkFrontDoor(b *testing.B) {
+	s := &Server{Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Metrics: NewMetrics(func() router.Stats { return router.Stats{} }), Log: quiet()}
+	body := benchChat(b)
+	req := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+	p, aerr := s.prepare(req, body, KindChat)
+	if aerr != nil {
+		b.Fatal(aerr)
+	}
+	hashes := make([]uint64, 256)
+	for i := range hashes {
+		hashes[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	d := &router.Decision{Target: router.Target{Worker: router.Worker{Engine: router.EngineSGLang, Placement: hints.PlaceSGLang}},
+		Hint: hints.Hint{Endpoint: "tcp://10.0.0.7:25000", BlockHashes: hashes}}
+	d.HintDecision.Reason = hints.ReasonHinted
+	b.Run("tokenize", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, aerr := s.prepare(req, body, KindChat); aerr != nil {
+				b.Fatal(aerr)
+			}
+		}
+		b.ReportMetric(float64(len(p.tokens)), "tokens")
+	})
+	b.Run("body", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, err := upstreamBody(p, d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
