@@ -122,12 +122,27 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 	if g.ix != nil && len(g.local) > 0 {
 		g.matches = g.ix.AppendMatch(g.matches, g.local, index.MatchOptions{Chains: true})
 		for i := range g.matches {
-			if slot, ok := r.slots[g.matches[i].Source]; ok {
+			if slot := r.slotOf(&g.matches[i].Source); slot >= 0 {
 				g.at[slot] = int32(i + 1)
 			}
 		}
 	}
 	return g
+}
+
+// slotOf finds a source's slot through the string-keyed tables, cheaper
+// than hashing and comparing whole Sources. -1: unknown.
+func (r *Router) slotOf(src *index.Source) int32 {
+	if src.Owner != "" {
+		if o := r.owners[src.Owner]; o != nil {
+			return o.slot
+		}
+		return -1
+	}
+	if e := r.workers[src.Worker]; e != nil && e.w.HasRank(src.Rank) {
+		return e.rankSlot[src.Rank-e.w.DPStart]
+	}
+	return -1
 }
 
 func (r *Router) release(groups []*group) {

@@ -87,6 +87,7 @@ type owner struct {
 	origin Origin
 	meta   hints.Meta // frozen at detach
 	until  time.Time  // detached: dropped at this time
+	slot   int32
 }
 
 // New returns an empty router.
@@ -192,7 +193,7 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 			// stream, which has yet to say it is in step.
 			r.ready[src] = w.Origin == OriginFlag
 		}
-		*o = owner{worker: w.ID, rank: rank, origin: w.Origin}
+		*o = owner{worker: w.ID, rank: rank, origin: w.Origin, slot: r.slots[src]}
 	}
 	e.w = w
 	e.rankSlot, e.ownerSlot = make([]int32, w.DPSize), make([]int32, w.DPSize)

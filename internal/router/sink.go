@@ -64,7 +64,7 @@ func (s *Sink) current(src index.Source, claim bool) bool {
 	if err := s.r.register(src, e.w.Model, e.w.BlockSize); err != nil {
 		return false
 	}
-	s.r.owners[src.Owner] = &owner{worker: s.id, rank: -1, origin: e.w.Origin}
+	s.r.owners[src.Owner] = &owner{worker: s.id, rank: -1, origin: e.w.Origin, slot: s.r.slots[src]}
 	return true
 }
 
