@@ -146,13 +146,28 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 		e = &entry{}
 		r.workers[w.ID] = e
 	}
+	if err := r.apply(e, w, old != nil, now); err != nil {
+		// A registration the router cannot take in full is not taken at
+		// all: half a worker would route on a view nobody maintains.
+		e.w = w
+		r.removeLocked(w.ID, now)
+		return err
+	}
+	if old == nil {
+		r.indexModels()
+	}
+	return nil
+}
+
+// apply brings e in line with w. Callers hold mu.
+func (r *Router) apply(e *entry, w Worker, existed bool, now time.Time) error {
 	prev := e.w
 	for rank := prev.DPStart; rank < prev.DPStart+prev.DPSize; rank++ {
 		if !w.HasRank(rank) {
 			r.dropSource(index.WorkerRank(w.ID, rank))
 		}
 	}
-	if old != nil && prev.Mode != w.Mode {
+	if existed && prev.Mode != w.Mode {
 		// A switch between guessing and knowing: neither view is the other's.
 		for rank := prev.DPStart; rank < prev.DPStart+prev.DPSize; rank++ {
 			r.clearSource(index.WorkerRank(w.ID, rank))
@@ -178,11 +193,13 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 	}
 	for rank, id := range w.Owners {
 		src := index.CacheOwner(id)
+		// Also for a known owner: one bound to another model's index
+		// cannot extend this worker's prefixes.
+		if err := r.register(src, w.Model, w.BlockSize); err != nil {
+			return fmt.Errorf("router: worker %s cache owner %s: %w", w.ID, id, err)
+		}
 		o := r.owners[id]
 		if o == nil {
-			if err := r.register(src, w.Model, w.BlockSize); err != nil {
-				return fmt.Errorf("router: worker %s cache owner %s: %w", w.ID, id, err)
-			}
 			o = &owner{}
 			r.owners[id] = o
 			if _, ok := r.ready[src]; !ok {
@@ -202,9 +219,6 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 		if id, ok := w.Owners[w.DPStart+i]; ok {
 			e.ownerSlot[i] = r.slots[index.CacheOwner(id)]
 		}
-	}
-	if old == nil {
-		r.indexModels()
 	}
 	return nil
 }

@@ -468,3 +468,23 @@ func TestStats(t *testing.T) {
 		t.Fatalf("detached %+v", detached)
 	}
 }
+
+// TestUpsertAllOrNothing: a registration that cannot be taken in full
+// (its cache owner is bound to another model's index) leaves no trace.
+func TestUpsertAllOrNothing(t *testing.T) {
+	r := newRouter(t, nil)
+	newFleet(t, r, agg("a", 1))
+	b := agg("b", 2)
+	b.Model = "other"
+	b.Owners[1] = "owner-a-0" // a's owner, registered under model m
+	if err := r.Upsert(b, t0); !errors.Is(err, index.ErrSource) {
+		t.Fatalf("err = %v, want index.ErrSource", err)
+	}
+	if _, ok := r.Worker("b"); ok || slices.Contains(r.Models(), "other") {
+		t.Fatal("half-registered worker kept")
+	}
+	ws, _ := r.View()
+	if len(ws) != 1 || len(ws[0].Owners) != 1 {
+		t.Fatalf("a's view changed: %+v", ws)
+	}
+}
