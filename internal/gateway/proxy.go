@@ -97,6 +97,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	prefill := float64(max(0, d.Tokens-d.Overlap*bs))
 	s.Load.Start(loadID, schedule.Rank{Worker: t.Worker.ID, DP: t.Rank}, prefill, float64(d.Blocks))
 	defer s.Load.Finish(loadID)
+	// In approximate mode the prompt's blocks are assumed cached from now
+	// on, not from the response: a non-streamed one arrives only when the
+	// generation ends, and requests sharing the prefix come meanwhile.
+	s.Router.Commit(d, s.Now())
 
 	resp, err := s.Client.Do(hr)
 	if err != nil {
@@ -110,11 +114,6 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 			fmt.Sprintf("worker %s: %v", t.Worker.ID, err), outcomeUpstreamError}}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 400 {
-		// The engine took the prompt: in approximate mode, its blocks are
-		// now assumed cached there.
-		s.Router.Commit(d, s.Now())
-	}
 	s.countDecision(d)
 
 	hinted := strconv.FormatBool(d.HintDecision.Hinted())
