@@ -34,9 +34,8 @@ type Fleet struct {
 
 type flagWorker struct {
 	spec  WorkerSpec
-	model string       // "" until the worker answered /v1/models
-	sink  *router.Sink // set once its events flow
-	in    *ingest
+	model string  // "" until the worker answered /v1/models
+	in    *ingest // set once its events flow in on --events-bind
 }
 
 // Run brings the fleet up and follows it until ctx ends.
@@ -90,7 +89,7 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 	in := &ingest{id: spec.ID, dp: spec.DP, sink: sink, m: f.Metrics, log: f.Log, now: f.Now}
 	var wg sync.WaitGroup
 	for rank := range spec.DP {
-		wg.Go(func() { f.follow(ctx, in, rank) })
+		wg.Go(func() { f.follow(ctx, spec, in, rank) })
 	}
 	wg.Wait()
 }
@@ -104,8 +103,7 @@ func modeOf(events bool) string {
 
 // follow dials rank's publisher, whose port is the base port offset by
 // the rank, as the engines do.
-func (f *Fleet) follow(ctx context.Context, in *ingest, rank int) {
-	spec := f.specOf(in.id)
+func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank int) {
 	ep, err := kvstream.EndpointForRank(spec.Events, rank)
 	if err != nil {
 		f.Log.Error("worker: events endpoint", "worker", in.id, "events", spec.Events, "err", err)
@@ -124,15 +122,6 @@ func (f *Fleet) follow(ctx context.Context, in *ingest, rank int) {
 		return
 	}
 	pump(ctx, sub, f.Log, func(it kvstream.Item) { in.handle(it, rank) })
-}
-
-func (f *Fleet) specOf(id string) WorkerSpec {
-	for _, s := range f.Specs {
-		if s.ID == id {
-			return s
-		}
-	}
-	return WorkerSpec{}
 }
 
 // pump runs sub and hands its items to handle until ctx ends.
