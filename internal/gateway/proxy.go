@@ -158,7 +158,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		return sendResult{outcome: outcomeCanceled}
 	case err != nil:
 		// Headers may be out already: all that is left is to stop.
-		s.Log.Warn("upstream response broke off", "worker", t.Worker.ID, "request", p.id, "err", err)
+		s.warnEvery("broke:"+t.Worker.ID, "upstream response broke off", "worker", t.Worker.ID, "request", p.id, "err", err)
 		return sendResult{outcome: outcomeUpstreamError}
 	}
 	return sendResult{outcome: outcome}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,28 @@ type Server struct {
 	Replica string
 
 	seq atomic.Uint64
+
+	warnMu sync.Mutex
+	warned map[string]time.Time
+}
+
+// warnEvery logs a warning of a kind at most once a minute: the front door
+// is a hot path, and a worker that is down would otherwise log per request.
+func (s *Server) warnEvery(kind, msg string, args ...any) {
+	now := time.Now()
+	s.warnMu.Lock()
+	if s.warned == nil {
+		s.warned = map[string]time.Time{}
+	}
+	last, seen := s.warned[kind]
+	if seen && now.Sub(last) < time.Minute {
+		s.warnMu.Unlock()
+		s.Log.Debug(msg, args...)
+		return
+	}
+	s.warned[kind] = now
+	s.warnMu.Unlock()
+	s.Log.Warn(msg, args...)
 }
 
 // DefaultMaxBody bounds request bodies unless Server.MaxBody says otherwise.
@@ -158,7 +181,7 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind) (*prepared, *a
 		// Route on load alone rather than fail a request the engine
 		// would serve.
 		s.Metrics.tokenizeErrors.WithLabelValues("engine").Inc()
-		s.Log.Warn("tokenization failed; routing on load alone", "model", req.Model, "err", err)
+		s.warnEvery("tokenize", "tokenization failed; routing on load alone", "model", req.Model, "err", err)
 		p.tokens = nil
 	case p.tokens == nil:
 		s.Metrics.tokenizeErrors.WithLabelValues("unsupported_content").Inc()
@@ -207,7 +230,8 @@ func (s *Server) inference(kind Kind) http.HandlerFunc {
 			res := s.send(w, r, p, d)
 			if res.refused && exclude == nil && p.forced == "" {
 				// Nothing reached the client yet: one more try elsewhere.
-				s.Log.Warn("worker refused the connection; retrying on another", "worker", d.Target.Worker.ID, "request", p.id)
+				s.warnEvery("refused:"+d.Target.Worker.ID, "worker refused the connection; retrying on another",
+					"worker", d.Target.Worker.ID, "request", p.id)
 				s.Metrics.retries.Inc()
 				exclude = []string{d.Target.Worker.ID}
 				continue
