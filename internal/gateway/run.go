@@ -28,6 +28,7 @@ var ErrOptions = errors.New("bad serve options")
 const (
 	PolicyCost      = "cost"
 	PolicyMinBlocks = "min-blocks"
+	PolicyOff       = "off"
 )
 
 // Options configures a router; each field is a `kvrouter serve` flag.
@@ -56,6 +57,7 @@ type Options struct {
 
 	Weights     schedule.Weights
 	Temperature float64
+	Routing     string // --routing: kv, round-robin, random, least-loaded
 
 	HintPolicy            string
 	HintMinBlocks         int
@@ -98,6 +100,10 @@ func Defaults() Options {
 // Policy returns the hint policy factory the options describe.
 func (o *Options) Policy() (func(blockSize int) (hints.Policy, error), error) {
 	switch o.HintPolicy {
+	case PolicyOff:
+		// The router never asks it (router.Config.NoHints).
+		p := hints.MinBlocks(1)
+		return func(int) (hints.Policy, error) { return p, nil }, nil
 	case PolicyMinBlocks:
 		if o.HintMinBlocks < 1 {
 			return nil, fmt.Errorf("%w: --hint-min-blocks %d must be at least 1", ErrOptions, o.HintMinBlocks)
@@ -120,7 +126,7 @@ func (o *Options) Policy() (func(blockSize int) (hints.Policy, error), error) {
 		}
 		return f, nil
 	}
-	return nil, fmt.Errorf("%w: --hint-policy %q: want %s or %s", ErrOptions, o.HintPolicy, PolicyCost, PolicyMinBlocks)
+	return nil, fmt.Errorf("%w: --hint-policy %q: want %s, %s or %s", ErrOptions, o.HintPolicy, PolicyCost, PolicyMinBlocks, PolicyOff)
 }
 
 func (o *Options) check() error {
@@ -227,7 +233,14 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	routing := schedule.RoutingKV
+	if o.Routing != "" {
+		if routing, err = schedule.ParseRouting(o.Routing); err != nil {
+			return nil, fmt.Errorf("%w: --routing: %v", ErrOptions, err)
+		}
+	}
 	r, err := router.New(router.Config{Weights: o.Weights, Temperature: o.Temperature, Policy: policy,
+		Routing: routing, NoHints: o.HintPolicy == PolicyOff,
 		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrOptions, err)

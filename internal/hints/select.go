@@ -115,6 +115,7 @@ const (
 	ReasonChainTruncated  // the winner's depth exceeds its retained chain
 	ReasonChainMismatch   // the winner's chain disagrees with the request's
 	ReasonNotWorthPulling // the policy prefers recomputing
+	ReasonDisabled        // the router runs without hints
 )
 
 var reasonNames = [...]string{
@@ -133,6 +134,7 @@ var reasonNames = [...]string{
 	ReasonChainTruncated:   "chain_truncated",
 	ReasonChainMismatch:    "chain_mismatch",
 	ReasonNotWorthPulling:  "not_worth_pulling",
+	ReasonDisabled:         "disabled",
 }
 
 func (r Reason) String() string {

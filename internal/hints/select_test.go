@@ -274,7 +274,7 @@ func TestSourceCompare(t *testing.T) {
 
 func TestReasonString(t *testing.T) {
 	seen := map[string]Reason{}
-	for r := ReasonHinted; r <= ReasonNotWorthPulling; r++ {
+	for r := ReasonHinted; r <= ReasonDisabled; r++ {
 		s := r.String()
 		if s == "" || s == "unknown" {
 			t.Errorf("reason %d has no name", r)

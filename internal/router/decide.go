@@ -216,7 +216,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		}
 		scored = append(scored, s...)
 	}
-	pick := schedule.Choose(scored, r.cfg.Temperature, rand.New(rand.NewPCG(contentSeed(req, groups))))
+	pick := r.picker.Pick(scored, rand.New(rand.NewPCG(contentSeed(req, groups))))
 	if pick < 0 {
 		return nil, fmt.Errorf("%w: model %q", ErrNoWorker, req.Model)
 	}
@@ -241,7 +241,11 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 			d.Candidates[i] = candidateOf(s)
 		}
 	}
-	d.Hint, d.HintDecision = r.hint(g, d.Target, req.Salt)
+	if r.cfg.NoHints {
+		d.HintDecision = hints.Decision{Reason: hints.ReasonDisabled}
+	} else {
+		d.Hint, d.HintDecision = r.hint(g, d.Target, req.Salt)
+	}
 	return d, nil
 }
 

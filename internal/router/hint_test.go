@@ -166,3 +166,46 @@ func TestHintsNeverMoveTheTarget(t *testing.T) {
 		t.Fatalf("target %s with hints, %s without", with, without)
 	}
 }
+
+// TestRoutingBaselinesAndHintsOff: the benchmark baselines choose without
+// the cost, and a router without hints says so.
+func TestRoutingBaselinesAndHintsOff(t *testing.T) {
+	prompt := tokens(500, 8)
+	setup := func(edit func(*Config)) *Router {
+		r := newRouter(t, edit)
+		f := newFleet(t, r, agg("a", 1), agg("b", 1))
+		f.store("a", index.WorkerRank("a", 0), storeOp(prompt[:2*bs], "", kvevents.TierDevice))
+		f.store("b", index.CacheOwner("owner-b-0"), storeOp(prompt[:6*bs], "", kvevents.TierExternal))
+		return r
+	}
+
+	r := setup(func(c *Config) { c.NoHints = true })
+	d := decide(t, r, Request{Model: "m", Tokens: prompt})
+	if d.HintDecision.Reason != hints.ReasonDisabled || d.Hint.Endpoint != "" {
+		t.Fatalf("hints off: decision %+v hint %+v", d.HintDecision, d.Hint)
+	}
+
+	r = setup(func(c *Config) { c.Routing = schedule.RoutingRoundRobin })
+	var got []string
+	for range 4 {
+		got = append(got, target(decide(t, r, Request{Model: "m", Tokens: prompt})))
+	}
+	if got[0] == got[1] || got[0] != got[2] || got[1] != got[3] {
+		t.Fatalf("round robin chose %v", got)
+	}
+
+	r = setup(func(c *Config) { c.Routing = schedule.RoutingLeastLoaded })
+	r.Load().Start("busy-b", schedule.Rank{Worker: "b", DP: 0}, 10, 0)
+	if d := decide(t, r, Request{Model: "m", Tokens: prompt}); d.Target.Worker.ID != "a" {
+		t.Fatalf("least loaded chose %s, want the idle a", target(d))
+	}
+	r.Load().Start("busy-a1", schedule.Rank{Worker: "a", DP: 0}, 10, 0)
+	r.Load().Start("busy-a2", schedule.Rank{Worker: "a", DP: 0}, 10, 0)
+	if d := decide(t, r, Request{Model: "m", Tokens: prompt}); d.Target.Worker.ID != "b" {
+		t.Fatalf("least loaded chose %s, want b (fewer requests, despite a's cache)", target(d))
+	}
+
+	if _, err := New(Config{Policy: func(int) (hints.Policy, error) { return hints.MinBlocks(1), nil }, Routing: "fastest"}); err == nil {
+		t.Fatal("unknown routing accepted")
+	}
+}

@@ -17,6 +17,11 @@ import (
 type Config struct {
 	Weights     schedule.Weights
 	Temperature float64
+	// Routing chooses the target; "" is schedule.RoutingKV. The baselines
+	// exist to measure kv routing against.
+	Routing schedule.Routing
+	// NoHints turns hints off: every decision says hints.ReasonDisabled.
+	NoHints bool
 	// Policy returns the hint policy for workers of a block size; a cost
 	// estimate needs the bytes and tokens of a block.
 	Policy func(blockSize int) (hints.Policy, error)
@@ -43,9 +48,10 @@ type EngineLoad struct {
 
 // Router is the decision core. See the package comment.
 type Router struct {
-	cfg  Config
-	set  *index.Set
-	load *schedule.Load
+	cfg    Config
+	set    *index.Set
+	load   *schedule.Load
+	picker *schedule.Picker
 
 	mu       sync.RWMutex
 	workers  map[string]*entry
@@ -98,8 +104,15 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Temperature < 0 {
 		return nil, fmt.Errorf("router: temperature %v must not be negative", cfg.Temperature)
 	}
+	if cfg.Routing == "" {
+		cfg.Routing = schedule.RoutingKV
+	}
+	if _, err := schedule.ParseRouting(string(cfg.Routing)); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	return &Router{
 		cfg:      cfg,
+		picker:   &schedule.Picker{Routing: cfg.Routing, Temperature: cfg.Temperature},
 		set:      index.NewSet(cfg.MaxBlocks),
 		load:     schedule.NewLoad(),
 		workers:  map[string]*entry{},
