@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"kvrouter/internal/runner"
+	"kvrouter/internal/workerconfig"
 )
 
 // eventsConfig is the kv_events_config both engines take: the base
@@ -14,9 +15,9 @@ func (e *Engine) eventsConfig() map[string]any {
 	if e.cfg.EventsConnect != "" {
 		ep = e.cfg.EventsConnect
 	}
-	m := map[string]any{evPublisher: evPublisherZMQ, evEndpoint: ep, evTopic: e.cfg.Topic}
+	m := map[string]any{workerconfig.EventsPublisher: evPublisherZMQ, workerconfig.EventsEndpoint: ep, workerconfig.EventsTopic: e.cfg.Topic}
 	if e.cfg.ReplayEndpoint != replayNone {
-		m[evReplayEndpoint] = e.cfg.ReplayEndpoint
+		m[workerconfig.EventsReplayEndpoint] = e.cfg.ReplayEndpoint
 	}
 	return m
 }
@@ -43,42 +44,42 @@ func (e *Engine) serverInfo() map[string]any {
 	c := &e.cfg
 	tpSize := c.TP * c.DP
 	extra := map[string]any{
-		kvcrControlPort:        c.ControlPort,
-		kvcrAdvertiseHost:      c.AdvertiseHost,
-		kvcrEnableRemoteHint:   true,
-		kvcrPublishInventory:   true,
-		kvcrServiceSocketPath:  nil,
-		kvcrLocalDRAMPerWorker: c.RunnerBlocks * c.blockBytes() / c.TP,
-		kvcrOperationTimeoutMS: runner.DefaultOperationTimeout.Milliseconds(),
-		kvcrAbandonTimeoutMS:   runner.DefaultAbandonTimeout.Milliseconds(),
+		workerconfig.KVCRControlPort:        c.ControlPort,
+		workerconfig.KVCRAdvertiseHost:      c.AdvertiseHost,
+		workerconfig.KVCREnableRemoteHint:   true,
+		workerconfig.KVCRPublishInventory:   true,
+		workerconfig.KVCRServiceSocketPath:  nil,
+		workerconfig.KVCRLocalDRAMPerWorker: c.RunnerBlocks * c.blockBytes() / c.TP,
+		workerconfig.KVCROperationTimeoutMS: runner.DefaultOperationTimeout.Milliseconds(),
+		workerconfig.KVCRAbandonTimeoutMS:   runner.DefaultAbandonTimeout.Milliseconds(),
 	}
 	return map[string]any{
-		sglModelPath:          c.Model,
-		sglServedModelName:    c.Model,
-		sglPageSize:           c.BlockSize,
-		sglTPSize:             tpSize,
-		sglDPSize:             c.DP,
-		sglEnableDPAttention:  c.DP > 1,
-		sglPPSize:             1,
-		sglAttnCPSize:         1,
-		sglNNodes:             1,
-		sglNodeRank:           0,
-		sglTokenizerWorkerNum: 1,
-		sglDisaggregationMode: sglDisaggNull,
-		sglEnableLinker:       true,
-		sglLinkerBackend:      kvcrBackend,
-		sglHiCacheBackend:     nil,
-		sglHiCacheEnabled:     false,
-		sglExtraConfig:        jsonText(extra),
-		sglKVEventsConfig:     jsonText(e.eventsConfig()),
-		sglHost:               e.httpHost(),
-		sglPort:               e.httpPort(),
-		sglMaxRunning:         c.MaxNumSeqs,
-		sglChunkedPrefill:     c.MaxBatchedTokens,
-		sglContextLength:      c.MaxModelLen,
-		sglRandomSeed:         c.ModelSeed,
-		sglStatus:             sglStatusReady,
-		sglVersion:            "kvrouter-mocker",
+		workerconfig.SGLangModelPath:          c.Model,
+		workerconfig.SGLangServedModelName:    c.Model,
+		workerconfig.SGLangPageSize:           c.BlockSize,
+		workerconfig.SGLangTPSize:             tpSize,
+		workerconfig.SGLangDPSize:             c.DP,
+		workerconfig.SGLangEnableDPAttention:  c.DP > 1,
+		workerconfig.SGLangPPSize:             1,
+		workerconfig.SGLangAttnCPSize:         1,
+		workerconfig.SGLangNNodes:             1,
+		workerconfig.SGLangNodeRank:           0,
+		workerconfig.SGLangTokenizerWorkerNum: 1,
+		workerconfig.SGLangDisaggregationMode: sglDisaggNull,
+		workerconfig.SGLangEnableLinker:       true,
+		workerconfig.SGLangLinkerBackend:      kvcrBackend,
+		workerconfig.SGLangHiCacheBackend:     nil,
+		workerconfig.SGLangHiCacheEnabled:     false,
+		workerconfig.SGLangExtraConfig:        jsonText(extra),
+		workerconfig.SGLangKVEventsConfig:     jsonText(e.eventsConfig()),
+		workerconfig.SGLangHost:               e.httpHost(),
+		workerconfig.SGLangPort:               e.httpPort(),
+		sglMaxRunning:                         c.MaxNumSeqs,
+		sglChunkedPrefill:                     c.MaxBatchedTokens,
+		sglContextLength:                      c.MaxModelLen,
+		sglRandomSeed:                         c.ModelSeed,
+		sglStatus:                             sglStatusReady,
+		sglVersion:                            "kvrouter-mocker",
 	}
 }
 
@@ -92,35 +93,35 @@ func (e *Engine) engineArgs() map[string]any {
 		ports[d] = c.controlPort(d, 0)
 	}
 	ev := e.eventsConfig()
-	ev[evEnable] = true
+	ev[workerconfig.EventsEnable] = true
 	return map[string]any{
-		vlModel:            c.Model,
-		vlServedModelName:  c.Model,
-		vlBlockSize:        c.BlockSize,
-		vlTPSize:           c.TP,
-		vlPPSize:           1,
-		vlDPSize:           c.DP,
-		vlDPSizeLocal:      c.DP,
-		vlMaxNumSeqs:       c.MaxNumSeqs,
-		vlMaxBatchedTokens: c.MaxBatchedTokens,
-		vlMaxModelLen:      c.MaxModelLen,
-		vlPrefixCaching:    true,
-		vlHashAlgo:         vlHashAlgoSHA256CBOR,
-		vlSeed:             c.ModelSeed,
-		vlHost:             e.httpHost(),
-		vlPort:             e.httpPort(),
-		vlWorkerType:       vlWorkerAgg,
-		vlKVEventsConfig:   ev,
-		vlKVTransferConfig: map[string]any{
+		workerconfig.VLLMModel:           c.Model,
+		workerconfig.VLLMServedModelName: c.Model,
+		workerconfig.VLLMBlockSize:       c.BlockSize,
+		workerconfig.VLLMTPSize:          c.TP,
+		workerconfig.VLLMPPSize:          1,
+		workerconfig.VLLMDPSize:          c.DP,
+		workerconfig.VLLMDPSizeLocal:     c.DP,
+		vlMaxNumSeqs:                     c.MaxNumSeqs,
+		vlMaxBatchedTokens:               c.MaxBatchedTokens,
+		vlMaxModelLen:                    c.MaxModelLen,
+		vlPrefixCaching:                  true,
+		vlHashAlgo:                       vlHashAlgoSHA256CBOR,
+		vlSeed:                           c.ModelSeed,
+		workerconfig.VLLMHost:            e.httpHost(),
+		workerconfig.VLLMPort:            e.httpPort(),
+		workerconfig.VLLMWorkerType:      vlWorkerAgg,
+		workerconfig.VLLMKVEventsConfig:  ev,
+		workerconfig.VLLMKVTransferConfig: map[string]any{
 			vlKVConnector: vlKVConnectorKVCR,
 			vlKVRole:      vlKVRoleBoth,
-			vlConnectorExtra: map[string]any{
-				vlSecondaryTiers: []any{map[string]any{
-					vlTierName:           kvcrBackend,
-					vlRouterCapabilities: []string{vlCapRouterHint},
-					vlAdvertiseHost:      c.AdvertiseHost,
-					vlControlPorts:       ports,
-					vlBlockSize:          c.BlockSize,
+			workerconfig.VLLMConnectorExtra: map[string]any{
+				workerconfig.VLLMSecondaryTiers: []any{map[string]any{
+					vlTierName:                 kvcrBackend,
+					vlRouterCapabilities:       []string{vlCapRouterHint},
+					vlAdvertiseHost:            c.AdvertiseHost,
+					vlControlPorts:             ports,
+					workerconfig.VLLMBlockSize: c.BlockSize,
 				}},
 			},
 		},

@@ -43,13 +43,13 @@ type eventsConfig struct {
 }
 
 var sglangEventKeys = map[string]bool{
-	evPublisher: true, evEndpoint: true, evReplayEndpoint: true, evBufferSteps: true,
-	evHWM: true, evMaxQueueSize: true, evTopic: true, evSnapshot: true,
+	EventsPublisher: true, EventsEndpoint: true, EventsReplayEndpoint: true, EventsBufferSteps: true,
+	EventsHWM: true, EventsMaxQueueSize: true, EventsTopic: true, EventsSnapshot: true,
 }
 
 // parseEvents reads kv_events_config; nil means the engine publishes none.
 func parseEvents(parent object, engine Engine) (*eventsConfig, error) {
-	o, ok, err := parent.nested(sglKVEventsConfig)
+	o, ok, err := parent.nested(SGLangKVEventsConfig)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func parseEvents(parent object, engine Engine) (*eventsConfig, error) {
 			if sglangEventKeys[k] {
 				continue
 			}
-			if k == evEnable {
+			if k == EventsEnable {
 				return nil, configErr(ErrUnsupportedOption, o.name(k),
 					"SGLang has no such key (it is vLLM's) and newer builds refuse unknown keys; remove it: SGLang publishes whenever %s is given with publisher %q", flagKVEvents, publisherZMQ)
 			}
@@ -69,11 +69,11 @@ func parseEvents(parent object, engine Engine) (*eventsConfig, error) {
 	}
 	enabled := true
 	if engine == EngineVLLM {
-		if enabled, err = o.boolean(evEnable, false); err != nil {
+		if enabled, err = o.boolean(EventsEnable, false); err != nil {
 			return nil, err
 		}
 	}
-	publisher, set, err := o.str(evPublisher)
+	publisher, set, err := o.str(EventsPublisher)
 	if err != nil {
 		return nil, err
 	}
@@ -83,9 +83,9 @@ func parseEvents(parent object, engine Engine) (*eventsConfig, error) {
 	case publisher == publisherNull:
 		enabled = false
 	case publisher != publisherZMQ:
-		return nil, configErr(ErrUnsupportedOption, o.name(evPublisher), "%q is not a publisher; use %q (or %q to disable)", publisher, publisherZMQ, publisherNull)
+		return nil, configErr(ErrUnsupportedOption, o.name(EventsPublisher), "%q is not a publisher; use %q (or %q to disable)", publisher, publisherZMQ, publisherNull)
 	}
-	for _, k := range []string{evBufferSteps, evHWM, evMaxQueueSize} {
+	for _, k := range []string{EventsBufferSteps, EventsHWM, EventsMaxQueueSize} {
 		if v, ok, err := o.integer(k); err != nil {
 			return nil, err
 		} else if ok && v < 0 {
@@ -95,8 +95,8 @@ func parseEvents(parent object, engine Engine) (*eventsConfig, error) {
 	if !enabled {
 		return nil, nil
 	}
-	ev := &eventsConfig{option: o.name(evEndpoint), raw: defaultEventsAddr}
-	if s, ok, err := o.str(evEndpoint); err != nil {
+	ev := &eventsConfig{option: o.name(EventsEndpoint), raw: defaultEventsAddr}
+	if s, ok, err := o.str(EventsEndpoint); err != nil {
 		return nil, err
 	} else if ok {
 		ev.raw = s
@@ -108,28 +108,28 @@ func parseEvents(parent object, engine Engine) (*eventsConfig, error) {
 		return nil, configErr(ErrUnsupportedOption, ev.option,
 			"inproc:// is reachable only inside the engine process and the state agent subscribes from its own; use tcp:// or ipc://")
 	}
-	if s, ok, err := o.str(evReplayEndpoint); err != nil {
+	if s, ok, err := o.str(EventsReplayEndpoint); err != nil {
 		return nil, err
 	} else if ok && s != "" {
-		if ev.replay, err = parseZMQ(s, o.name(evReplayEndpoint)); err != nil {
+		if ev.replay, err = parseZMQ(s, o.name(EventsReplayEndpoint)); err != nil {
 			return nil, err
 		}
 		if ev.replay.scheme == schemeInproc {
-			return nil, configErr(ErrUnsupportedOption, o.name(evReplayEndpoint), "inproc:// is reachable only inside the engine process; use tcp:// or ipc://")
+			return nil, configErr(ErrUnsupportedOption, o.name(EventsReplayEndpoint), "inproc:// is reachable only inside the engine process; use tcp:// or ipc://")
 		}
 		if s == ev.raw {
-			return nil, configErr(ErrInvalidPort, o.name(evReplayEndpoint), "must differ from %s (%s)", ev.option, s)
+			return nil, configErr(ErrInvalidPort, o.name(EventsReplayEndpoint), "must differ from %s (%s)", ev.option, s)
 		}
 		ev.hasReplay = true
 	}
-	if s, ok, err := o.str(evSnapshot); err != nil {
+	if s, ok, err := o.str(EventsSnapshot); err != nil {
 		return nil, err
 	} else if ok && s != "" {
-		if _, err := parseZMQ(s, o.name(evSnapshot)); err != nil {
+		if _, err := parseZMQ(s, o.name(EventsSnapshot)); err != nil {
 			return nil, err
 		}
 	}
-	if ev.topic, _, err = o.str(evTopic); err != nil {
+	if ev.topic, _, err = o.str(EventsTopic); err != nil {
 		return nil, err
 	}
 	return ev, nil

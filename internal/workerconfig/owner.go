@@ -64,29 +64,29 @@ func digestHex(tag string, n int, fields ...string) string {
 // owner_id (one DP rank), or owner_ids as a list in local DP rank order or
 // an object keyed by global DP rank. ok is false when neither is set.
 func givenOwners(o object, ranks []int) (owners map[int]string, ok bool, err error) {
-	one, many := o.present(kvcrOwnerID), o.present(kvcrOwnerIDs)
+	one, many := o.present(KVCROwnerID), o.present(KVCROwnerIDs)
 	switch {
 	case one && many:
-		return nil, false, configErr(ErrInvalidOwnerID, o.name(kvcrOwnerIDs), "set either %s or %s, not both", kvcrOwnerID, kvcrOwnerIDs)
+		return nil, false, configErr(ErrInvalidOwnerID, o.name(KVCROwnerIDs), "set either %s or %s, not both", KVCROwnerID, KVCROwnerIDs)
 	case !one && !many:
 		return nil, false, nil
 	}
 	owners = make(map[int]string, len(ranks))
 	if one {
-		name := o.name(kvcrOwnerID)
+		name := o.name(KVCROwnerID)
 		if len(ranks) != 1 {
 			return nil, false, configErr(ErrInvalidOwnerID, name,
-				"names one owner but this worker runs %d DP ranks; set %s with one id per DP rank", len(ranks), kvcrOwnerIDs)
+				"names one owner but this worker runs %d DP ranks; set %s with one id per DP rank", len(ranks), KVCROwnerIDs)
 		}
-		id, isStr := o.m[kvcrOwnerID].(string)
+		id, isStr := o.m[KVCROwnerID].(string)
 		if !isStr {
-			return nil, false, configErr(ErrInvalidOwnerID, name, "must be a string, got %s", kindOf(o.m[kvcrOwnerID]))
+			return nil, false, configErr(ErrInvalidOwnerID, name, "must be a string, got %s", kindOf(o.m[KVCROwnerID]))
 		}
 		owners[ranks[0]] = id
 		return owners, true, checkOwners(owners, ranks, name)
 	}
-	name := o.name(kvcrOwnerIDs)
-	switch v := o.m[kvcrOwnerIDs].(type) {
+	name := o.name(KVCROwnerIDs)
+	switch v := o.m[KVCROwnerIDs].(type) {
 	case []any:
 		if len(v) != len(ranks) {
 			return nil, false, configErr(ErrInvalidOwnerID, name, "has %d ids for %d DP ranks; give one per DP rank, in rank order", len(v), len(ranks))

@@ -23,10 +23,10 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 	}
 	d := newDescriptor(EngineSGLang)
 	d.SingleHost = opt.AllowLoopback
-	if d.Model, err = modelName(o, sglServedModelName, sglModelPath); err != nil {
+	if d.Model, err = modelName(o, SGLangServedModelName, SGLangModelPath); err != nil {
 		return nil, err
 	}
-	if d.KVBlockSize, err = o.count(sglPageSize, 1); err != nil {
+	if d.KVBlockSize, err = o.count(SGLangPageSize, 1); err != nil {
 		return nil, err
 	}
 	t, err := sglangTopology(o)
@@ -42,23 +42,23 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 		}
 	}
 	d.InventoryAggregation = AggregateAllTPRanks
-	wt, ok := workerTypeOf(EngineSGLang, o.m[sglDisaggregationMode])
+	wt, ok := workerTypeOf(EngineSGLang, o.m[SGLangDisaggregationMode])
 	if !ok {
-		return nil, configErr(ErrUnsupportedOption, sglDisaggregationMode, "%s is not a mode; use null, %q or %q",
-			kindOrText(o.m[sglDisaggregationMode]), disaggPrefill, disaggDecode)
+		return nil, configErr(ErrUnsupportedOption, SGLangDisaggregationMode, "%s is not a mode; use null, %q or %q",
+			kindOrText(o.m[SGLangDisaggregationMode]), disaggPrefill, disaggDecode)
 	}
 	d.WorkerType = wt
 	ports := portBook{}
-	engineHost, _, err := o.str(sglHost)
+	engineHost, _, err := o.str(SGLangHost)
 	if err != nil {
 		return nil, err
 	}
-	if o.present(sglPort) {
-		p, err := portValue(o.m[sglPort], sglPort)
+	if o.present(SGLangPort) {
+		p, err := portValue(o.m[SGLangPort], SGLangPort)
 		if err != nil {
 			return nil, err
 		}
-		if err := ports.addPort(p, sglPort+" (HTTP server)"); err != nil {
+		if err := ports.addPort(p, SGLangPort+" (HTTP server)"); err != nil {
 			return nil, err
 		}
 	}
@@ -101,7 +101,7 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 	}
 	if !d.HintForwarding {
 		d.Refusal = fmt.Sprintf("%s is not true in %s: the runner takes no hints, so the worker is routed without them",
-			x.name(kvcrEnableRemoteHint), flagExtraConfig)
+			x.name(KVCREnableRemoteHint), flagExtraConfig)
 		if err := addEvents(d, events, opt, "", engineHost, false, ports); err != nil {
 			return nil, err
 		}
@@ -125,15 +125,15 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 	if err := controlBindHost(x, hostOption(d.RunnerMode), opt.AllowLoopback); err != nil {
 		return nil, err
 	}
-	if !x.present(kvcrControlPort) {
-		return nil, configErr(ErrInvalidPort, x.name(kvcrControlPort), "is not set; set control_port in %s (rank i of this worker binds control_port + its attention rank)", flagExtraConfig)
+	if !x.present(KVCRControlPort) {
+		return nil, configErr(ErrInvalidPort, x.name(KVCRControlPort), "is not set; set control_port in %s (rank i of this worker binds control_port + its attention rank)", flagExtraConfig)
 	}
-	base, err := portValue(x.m[kvcrControlPort], x.name(kvcrControlPort))
+	base, err := portValue(x.m[KVCRControlPort], x.name(KVCRControlPort))
 	if err != nil {
 		return nil, err
 	}
 	if events == nil {
-		return nil, configErr(ErrNoEvents, sglKVEventsConfig,
+		return nil, configErr(ErrNoEvents, SGLangKVEventsConfig,
 			"KV events are off, but runner inventory reaches the router only as KV events; set %s with publisher %q", flagKVEvents, publisherZMQ)
 	}
 	if err := addEvents(d, events, opt, host, engineHost, false, ports); err != nil {
@@ -143,7 +143,7 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 		d.Refusal = refusal(reasons)
 		return finish(d)
 	}
-	rankPorts, err := attentionRankPorts(d, base, x.name(kvcrControlPort), ports)
+	rankPorts, err := attentionRankPorts(d, base, x.name(KVCRControlPort), ports)
 	if err != nil {
 		return nil, err
 	}
@@ -178,24 +178,24 @@ func sglangTopology(o object) (sglTopology, error) {
 		key string
 		dst *int
 	}{
-		{sglTPSize, &t.tp}, {sglDPSize, &t.dp}, {sglPPSize, &t.pp}, {sglAttnCPSize, &t.cp},
-		{sglNNodes, &t.nnodes}, {sglTokenizerWorkerNum, &t.tokenizers},
+		{SGLangTPSize, &t.tp}, {SGLangDPSize, &t.dp}, {SGLangPPSize, &t.pp}, {SGLangAttnCPSize, &t.cp},
+		{SGLangNNodes, &t.nnodes}, {SGLangTokenizerWorkerNum, &t.tokenizers},
 	} {
 		if *f.dst, err = o.count(f.key, 1); err != nil {
 			return t, err
 		}
 	}
-	if t.nodeRank, _, err = o.rank(sglNodeRank); err != nil {
+	if t.nodeRank, _, err = o.rank(SGLangNodeRank); err != nil {
 		return t, err
 	}
 	if t.nodeRank >= t.nnodes {
-		return t, configErr(nil, sglNodeRank, "%d must be below nnodes (%d)", t.nodeRank, t.nnodes)
+		return t, configErr(nil, SGLangNodeRank, "%d must be below nnodes (%d)", t.nodeRank, t.nnodes)
 	}
-	if t.dpAttention, err = o.boolean(sglEnableDPAttention, false); err != nil {
+	if t.dpAttention, err = o.boolean(SGLangEnableDPAttention, false); err != nil {
 		return t, err
 	}
 	if t.dpAttention && t.tp%t.dp != 0 {
-		return t, configErr(nil, sglTPSize, "%d must be a multiple of dp_size (%d) with enable_dp_attention", t.tp, t.dp)
+		return t, configErr(nil, SGLangTPSize, "%d must be a multiple of dp_size (%d) with enable_dp_attention", t.tp, t.dp)
 	}
 	return t, nil
 }
@@ -222,15 +222,15 @@ func sglangRefusals(t sglTopology) []string {
 }
 
 func sglangRunnerMode(o object) (RunnerMode, error) {
-	linker, err := o.boolean(sglEnableLinker, false)
+	linker, err := o.boolean(SGLangEnableLinker, false)
 	if err != nil {
 		return "", err
 	}
-	linkerBackend, _, err := o.str(sglLinkerBackend)
+	linkerBackend, _, err := o.str(SGLangLinkerBackend)
 	if err != nil {
 		return "", err
 	}
-	hicacheBackend, _, err := o.str(sglHiCacheBackend)
+	hicacheBackend, _, err := o.str(SGLangHiCacheBackend)
 	if err != nil {
 		return "", err
 	}
@@ -238,12 +238,12 @@ func sglangRunnerMode(o object) (RunnerMode, error) {
 	case linker && linkerBackend == backendKVCR:
 		return RunnerLinker, nil
 	case hicacheBackend == backendKVCR:
-		on, err := o.boolean(sglHiCacheEnabled, true)
+		on, err := o.boolean(SGLangHiCacheEnabled, true)
 		if err != nil {
 			return "", err
 		}
 		if !on {
-			return "", configErr(ErrUnsupportedOption, sglHiCacheEnabled, "is false, but %s %s needs it; set %s", flagHiCacheBackend, backendKVCR, flagHierarchicalCache)
+			return "", configErr(ErrUnsupportedOption, SGLangHiCacheEnabled, "is false, but %s %s needs it; set %s", flagHiCacheBackend, backendKVCR, flagHierarchicalCache)
 		}
 		return RunnerHiCache, nil
 	}
@@ -253,10 +253,10 @@ func sglangRunnerMode(o object) (RunnerMode, error) {
 // extraConfig reads hicache_storage_backend_extra_config: a mapping, JSON
 // text, or "@path" to a file of JSON.
 func extraConfig(o object, opt Options) (object, error) {
-	name := o.name(sglExtraConfig)
-	text, isText := o.m[sglExtraConfig].(string)
+	name := o.name(SGLangExtraConfig)
+	text, isText := o.m[SGLangExtraConfig].(string)
 	if !isText || !strings.HasPrefix(strings.TrimSpace(text), "@") {
-		x, ok, err := o.nested(sglExtraConfig)
+		x, ok, err := o.nested(SGLangExtraConfig)
 		if !ok && err == nil {
 			x = object{path: name, m: map[string]any{}}
 		}
@@ -276,79 +276,79 @@ func extraConfig(o object, opt Options) (object, error) {
 // hostOption is the option naming the advertised host in a mode.
 func hostOption(mode RunnerMode) string {
 	if mode == RunnerLinker {
-		return kvcrAdvertiseHost
+		return KVCRAdvertiseHost
 	}
-	return kvcrControlAdvertiseHost
+	return KVCRControlAdvertiseHost
 }
 
 // sglangRunnerOptions applies the option rules of the selected mode.
 func sglangRunnerOptions(d *Descriptor, x object) error {
 	if d.RunnerMode == RunnerLinker {
-		if x.has(kvcrControlAdvertiseHost) {
-			return configErr(ErrUnsupportedOption, x.name(kvcrControlAdvertiseHost),
-				"is a HiCache option; the KVCR linker rejects it as unknown: in linker mode set %s instead", kvcrAdvertiseHost)
+		if x.has(KVCRControlAdvertiseHost) {
+			return configErr(ErrUnsupportedOption, x.name(KVCRControlAdvertiseHost),
+				"is a HiCache option; the KVCR linker rejects it as unknown: in linker mode set %s instead", KVCRAdvertiseHost)
 		}
-		if x.has(kvcrLegacyLocalDRAM) {
-			return configErr(ErrUnsupportedOption, x.name(kvcrLegacyLocalDRAM),
-				"is the legacy name the linker refuses; set %s (bytes of DRAM per worker) instead", kvcrLocalDRAMPerWorker)
+		if x.has(KVCRLegacyLocalDRAM) {
+			return configErr(ErrUnsupportedOption, x.name(KVCRLegacyLocalDRAM),
+				"is the legacy name the linker refuses; set %s (bytes of DRAM per worker) instead", KVCRLocalDRAMPerWorker)
 		}
-		if _, _, err := x.positive(kvcrLocalDRAMPerWorker); err != nil {
+		if _, _, err := x.positive(KVCRLocalDRAMPerWorker); err != nil {
 			return err
 		}
-	} else if x.has(kvcrAdvertiseHost) {
-		return configErr(ErrUnsupportedOption, x.name(kvcrAdvertiseHost),
-			"is the linker's option; the HiCache kvcr backend reads %s, set that instead", kvcrControlAdvertiseHost)
+	} else if x.has(KVCRAdvertiseHost) {
+		return configErr(ErrUnsupportedOption, x.name(KVCRAdvertiseHost),
+			"is the linker's option; the HiCache kvcr backend reads %s, set that instead", KVCRControlAdvertiseHost)
 	}
 	var err error
-	if d.HintForwarding, err = x.boolean(kvcrEnableRemoteHint, false); err != nil {
+	if d.HintForwarding, err = x.boolean(KVCREnableRemoteHint, false); err != nil {
 		return err
 	}
 	if err := timeouts(x); err != nil {
 		return err
 	}
-	publish, err := x.boolean(kvcrPublishInventory, false)
+	publish, err := x.boolean(KVCRPublishInventory, false)
 	if err != nil {
 		return err
 	}
-	d.ProcessLocalInventory = publish && x.has(kvcrServiceSocketPath) && !x.present(kvcrServiceSocketPath)
+	d.ProcessLocalInventory = publish && x.has(KVCRServiceSocketPath) && !x.present(KVCRServiceSocketPath)
 	return nil
 }
 
 // linkerInventory enforces the linker's inventory guarantees: each runner
 // publishes what it holds itself, nothing from a shared service.
 func linkerInventory(d *Descriptor, x object) error {
-	if !x.has(kvcrPublishInventory) {
-		return configErr(ErrInventoryGuarantee, x.name(kvcrPublishInventory),
+	if !x.has(KVCRPublishInventory) {
+		return configErr(ErrInventoryGuarantee, x.name(KVCRPublishInventory),
 			"is missing; set publish_inventory: true in %s so the runner reports its blocks", flagExtraConfig)
 	}
-	if on, _ := x.boolean(kvcrPublishInventory, false); !on {
-		return configErr(ErrInventoryGuarantee, x.name(kvcrPublishInventory),
+	if on, _ := x.boolean(KVCRPublishInventory, false); !on {
+		return configErr(ErrInventoryGuarantee, x.name(KVCRPublishInventory),
 			"is false; set publish_inventory: true in %s so the runner reports its blocks", flagExtraConfig)
 	}
-	if !x.has(kvcrServiceSocketPath) || x.present(kvcrServiceSocketPath) {
-		return configErr(ErrInventoryGuarantee, x.name(kvcrServiceSocketPath),
+	if !x.has(KVCRServiceSocketPath) || x.present(KVCRServiceSocketPath) {
+		return configErr(ErrInventoryGuarantee, x.name(KVCRServiceSocketPath),
 			"must be set to null: with a KVCR service socket the inventory would be the shared service's, not this process's own; set kvcr_service_socket_path: null in %s", flagExtraConfig)
 	}
 	if !d.ProcessLocalInventory {
-		return configErr(ErrInventoryGuarantee, x.name(kvcrPublishInventory), "inventory is not process-local")
+		return configErr(ErrInventoryGuarantee, x.name(KVCRPublishInventory), "inventory is not process-local")
 	}
 	return nil
 }
 
 func timeouts(x object) error {
 	op, abandon := int64(1000), int64(5000)
-	if v, ok, err := x.positive(kvcrOperationTimeoutMS); err != nil {
+	if v, ok, err := x.positive(KVCROperationTimeoutMS); err != nil {
 		return err
 	} else if ok {
 		op = v
 	}
-	if v, ok, err := x.positive(kvcrAbandonTimeoutMS); err != nil {
+	if v, ok, err := x.positive(KVCRAbandonTimeoutMS); err != nil {
 		return err
 	} else if ok {
 		abandon = v
 	}
 	if abandon < op {
-		return configErr(nil, x.name(kvcrAbandonTimeoutMS),
+		return configErr(nil, x.name(KVCRAbandonTimeoutMS),
 			"%d is below operation_timeout_ms %d; a transfer is abandoned only after its operation deadline, set it at least as high", abandon, op)
 	}
 	return nil
@@ -374,12 +374,12 @@ func sglangAdvertiseHost(mode RunnerMode, x object, opt Options) (string, string
 // advertised endpoint would then point at a socket peers cannot reach,
 // unless every peer runs on this machine (Options.AllowLoopback).
 func controlBindHost(x object, hostOption string, allowLoopback bool) error {
-	raw, ok, err := x.str(kvcrControlHost)
+	raw, ok, err := x.str(KVCRControlHost)
 	if err != nil || !ok || allowLoopback {
 		return err
 	}
 	if _, problem := hostProblem(raw); strings.Contains(problem, "loopback") {
-		return configErr(ErrUndialableHost, x.name(kvcrControlHost),
+		return configErr(ErrUndialableHost, x.name(KVCRControlHost),
 			"%q binds the runner's control socket to loopback only, so peers cannot connect; set control_host to 0.0.0.0 or an address peers reach (and %s to the same)", raw, hostOption)
 	}
 	return nil

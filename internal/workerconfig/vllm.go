@@ -20,17 +20,17 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 	}
 	d := newDescriptor(EngineVLLM)
 	d.SingleHost = opt.AllowLoopback
-	if d.Model, err = modelName(o, vlServedModelName, vlModel); err != nil {
+	if d.Model, err = modelName(o, VLLMServedModelName, VLLMModel); err != nil {
 		return nil, err
 	}
-	if d.KVBlockSize, err = o.count(vlBlockSize, defaultVLLMBlockSize); err != nil {
+	if d.KVBlockSize, err = o.count(VLLMBlockSize, defaultVLLMBlockSize); err != nil {
 		return nil, err
 	}
 	var pp, dcp, pcp, nnodes int
 	for _, f := range []struct {
 		key string
 		dst *int
-	}{{vlTPSize, &d.TPSize}, {vlPPSize, &pp}, {vlDCPSize, &dcp}, {vlPCPSize, &pcp}, {vlNNodes, &nnodes}} {
+	}{{VLLMTPSize, &d.TPSize}, {VLLMPPSize, &pp}, {VLLMDCPSize, &dcp}, {VLLMPCPSize, &pcp}, {VLLMNNodes, &nnodes}} {
 		if *f.dst, err = o.count(f.key, 1); err != nil {
 			return nil, err
 		}
@@ -42,16 +42,16 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 		return nil, err
 	}
 	ports := portBook{}
-	engineHost, _, err := o.str(vlHost)
+	engineHost, _, err := o.str(VLLMHost)
 	if err != nil {
 		return nil, err
 	}
-	if o.present(vlPort) {
-		p, err := portValue(o.m[vlPort], vlPort)
+	if o.present(VLLMPort) {
+		p, err := portValue(o.m[VLLMPort], VLLMPort)
 		if err != nil {
 			return nil, err
 		}
-		if err := ports.addPort(p, vlPort+" (HTTP server)"); err != nil {
+		if err := ports.addPort(p, VLLMPort+" (HTTP server)"); err != nil {
 			return nil, err
 		}
 	}
@@ -68,33 +68,33 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 	}
 	if !found {
 		d.Refusal = fmt.Sprintf("no KV cache runner takes hints: no entry of %s.%s.%s lists %q in %s",
-			vlKVTransferConfig, vlConnectorExtra, vlSecondaryTiers, KeyHintCapability, kvcrRouterCapabilities)
+			VLLMKVTransferConfig, VLLMConnectorExtra, VLLMSecondaryTiers, KeyHintCapability, KVCRRouterCapabilities)
 		if err := addEvents(d, events, opt, "", engineHost, true, ports); err != nil {
 			return nil, err
 		}
 		return finish(d)
 	}
 	d.RunnerMode, d.HintForwarding = RunnerSecondaryTier, true
-	if tier.present(kvcrBlockSize) {
-		bs, _, err := tier.integer(kvcrBlockSize)
+	if tier.present(KVCRBlockSize) {
+		bs, _, err := tier.integer(KVCRBlockSize)
 		if err != nil {
 			return nil, err
 		}
 		if bs != int64(d.KVBlockSize) {
-			return nil, configErr(ErrBlockSizeMismatch, tier.name(kvcrBlockSize),
-				"%d differs from %s %d: the runner's events would split tokens at another block size than the router does; set them equal", bs, vlBlockSize, d.KVBlockSize)
+			return nil, configErr(ErrBlockSizeMismatch, tier.name(KVCRBlockSize),
+				"%d differs from %s %d: the runner's events would split tokens at another block size than the router does; set them equal", bs, VLLMBlockSize, d.KVBlockSize)
 		}
 	}
 	owners, _, err := givenOwners(tier, d.DPRanks)
 	if err != nil {
 		return nil, err
 	}
-	guidance := fmt.Sprintf("set %s in the secondary tier to an address peers can reach", kvcrControlAdvertiseHost)
-	raw, ok := tier.m[kvcrControlAdvertiseHost].(string)
+	guidance := fmt.Sprintf("set %s in the secondary tier to an address peers can reach", KVCRControlAdvertiseHost)
+	raw, ok := tier.m[KVCRControlAdvertiseHost].(string)
 	if !ok {
-		return nil, configErr(ErrUndialableHost, tier.name(kvcrControlAdvertiseHost), "is not set (%s); %s", kindOf(tier.m[kvcrControlAdvertiseHost]), guidance)
+		return nil, configErr(ErrUndialableHost, tier.name(KVCRControlAdvertiseHost), "is not set (%s); %s", kindOf(tier.m[KVCRControlAdvertiseHost]), guidance)
 	}
-	host, warn, err := peerHost(raw, tier.name(kvcrControlAdvertiseHost), guidance, opt.Resolve, opt.AllowLoopback)
+	host, warn, err := peerHost(raw, tier.name(KVCRControlAdvertiseHost), guidance, opt.Resolve, opt.AllowLoopback)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +106,8 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 		return nil, err
 	}
 	if events == nil {
-		return nil, configErr(ErrNoEvents, vlKVEventsConfig+"."+evEnable,
-			"KV events are off, but runner inventory reaches the router only as KV events; set %s true (publisher %q)", evEnable, publisherZMQ)
+		return nil, configErr(ErrNoEvents, VLLMKVEventsConfig+"."+EventsEnable,
+			"KV events are off, but runner inventory reaches the router only as KV events; set %s true (publisher %q)", EventsEnable, publisherZMQ)
 	}
 	if err := addEvents(d, events, opt, host, engineHost, true, ports); err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 	}
 	rankPorts := make([][]int, len(controlPorts))
 	for i, p := range controlPorts {
-		if err := ports.addPort(p, fmt.Sprintf("%s of DP rank %d", tier.name(kvcrControlPorts), d.DPRanks[i])); err != nil {
+		if err := ports.addPort(p, fmt.Sprintf("%s of DP rank %d", tier.name(KVCRControlPorts), d.DPRanks[i])); err != nil {
 			return nil, err
 		}
 		rankPorts[i] = []int{p}
@@ -128,19 +128,19 @@ func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 }
 
 func vllmWorkerType(o object) (WorkerType, error) {
-	wt, err := vllmRole(o, vlWorkerType)
+	wt, err := vllmRole(o, VLLMWorkerType)
 	if err != nil {
 		return "", err
 	}
-	if !o.present(vlDisaggregationMode) {
+	if !o.present(VLLMDisaggregationMode) {
 		return wt, nil
 	}
-	mode, err := vllmRole(o, vlDisaggregationMode)
+	mode, err := vllmRole(o, VLLMDisaggregationMode)
 	if err != nil {
 		return "", err
 	}
-	if o.present(vlWorkerType) && mode != wt {
-		return "", configErr(ErrUnsupportedOption, vlDisaggregationMode, "%s disagrees with %s %s; set one", mode, vlWorkerType, wt)
+	if o.present(VLLMWorkerType) && mode != wt {
+		return "", configErr(ErrUnsupportedOption, VLLMDisaggregationMode, "%s disagrees with %s %s; set one", mode, VLLMWorkerType, wt)
 	}
 	return mode, nil
 }
@@ -158,28 +158,28 @@ func vllmRole(o object, key string) (WorkerType, error) {
 // balancing), else data_parallel_size_local ranks (or all) from
 // data_parallel_start_rank.
 func vllmDPRange(d *Descriptor, o object, opt Options) error {
-	size, err := o.count(vlDPSize, 1)
+	size, err := o.count(VLLMDPSize, 1)
 	if err != nil {
 		return err
 	}
 	start, local := 0, size
-	rank, hasRank, err := o.rank(vlDPRank)
+	rank, hasRank, err := o.rank(VLLMDPRank)
 	if err != nil {
 		return err
 	}
 	if hasRank {
 		start, local = rank, 1
 	} else {
-		if start, _, err = o.rank(vlDPStartRank); err != nil {
+		if start, _, err = o.rank(VLLMDPStartRank); err != nil {
 			return err
 		}
-		if local, err = o.count(vlDPSizeLocal, size); err != nil {
+		if local, err = o.count(VLLMDPSizeLocal, size); err != nil {
 			return err
 		}
 	}
-	option := vlDPSizeLocal
+	option := VLLMDPSizeLocal
 	if hasRank {
-		option = vlDPRank
+		option = VLLMDPRank
 	}
 	if opt.DPStart != nil {
 		start, option = *opt.DPStart, "--dp-start"
@@ -193,43 +193,43 @@ func vllmDPRange(d *Descriptor, o object, opt Options) error {
 
 // hintTier finds the one secondary tier advertising the hint capability.
 func hintTier(o object) (object, bool, error) {
-	kt, ok, err := o.nested(vlKVTransferConfig)
+	kt, ok, err := o.nested(VLLMKVTransferConfig)
 	if err != nil || !ok {
 		return object{}, false, err
 	}
-	extra, ok, err := kt.nested(vlConnectorExtra)
+	extra, ok, err := kt.nested(VLLMConnectorExtra)
 	if err != nil || !ok {
 		return object{}, false, err
 	}
 	var tiers []any
-	switch v := extra.m[vlSecondaryTiers].(type) {
+	switch v := extra.m[VLLMSecondaryTiers].(type) {
 	case nil:
 		return object{}, false, nil
 	case []any:
 		tiers = v
 	default:
-		return object{}, false, configErr(nil, extra.name(vlSecondaryTiers), "must be a list, got %s", kindOf(v))
+		return object{}, false, configErr(nil, extra.name(VLLMSecondaryTiers), "must be a list, got %s", kindOf(v))
 	}
 	var capable []object
 	for i, t := range tiers {
-		name := extra.name(vlSecondaryTiers) + "[" + strconv.Itoa(i) + "]"
+		name := extra.name(VLLMSecondaryTiers) + "[" + strconv.Itoa(i) + "]"
 		m, isMap := t.(map[string]any)
 		if !isMap {
 			return object{}, false, configErr(nil, name, "must be an object, got %s", kindOf(t))
 		}
 		tier := object{path: name, m: m}
 		var caps []any
-		switch v := m[kvcrRouterCapabilities].(type) {
+		switch v := m[KVCRRouterCapabilities].(type) {
 		case nil:
 		case []any:
 			caps = v
 		default:
-			return object{}, false, configErr(nil, tier.name(kvcrRouterCapabilities), "must be a list of strings, got %s", kindOf(v))
+			return object{}, false, configErr(nil, tier.name(KVCRRouterCapabilities), "must be a list of strings, got %s", kindOf(v))
 		}
 		for _, c := range caps {
 			s, isStr := c.(string)
 			if !isStr {
-				return object{}, false, configErr(nil, tier.name(kvcrRouterCapabilities), "must be a list of strings, has %s", kindOf(c))
+				return object{}, false, configErr(nil, tier.name(KVCRRouterCapabilities), "must be a list of strings, has %s", kindOf(c))
 			}
 			if s == KeyHintCapability || s == LegacyKeyHintCapability {
 				capable = append(capable, tier)
@@ -244,35 +244,35 @@ func hintTier(o object) (object, bool, error) {
 		return capable[0], true, nil
 	}
 	// A hint names one source endpoint per rank and cannot say which tier.
-	return object{}, false, configErr(ErrUnsupportedOption, extra.name(vlSecondaryTiers),
+	return object{}, false, configErr(ErrUnsupportedOption, extra.name(VLLMSecondaryTiers),
 		"%d tiers (%s, %s, ...) list %q in router_capabilities; exactly one may", len(capable), capable[0].path, capable[1].path, KeyHintCapability)
 }
 
 // vllmControlPorts: control_ports has one port per local DP rank, entry i
 // for global rank start+i; control_port alone serves a single-rank worker.
 func vllmControlPorts(tier object, ranks int) ([]int, error) {
-	one, many := tier.present(kvcrControlPort), tier.present(kvcrControlPorts)
+	one, many := tier.present(KVCRControlPort), tier.present(KVCRControlPorts)
 	switch {
 	case one && many:
-		return nil, configErr(ErrInvalidPort, tier.name(kvcrControlPorts), "set either %s or %s, not both", kvcrControlPort, kvcrControlPorts)
+		return nil, configErr(ErrInvalidPort, tier.name(KVCRControlPorts), "set either %s or %s, not both", KVCRControlPort, KVCRControlPorts)
 	case one && ranks == 1:
-		p, err := portValue(tier.m[kvcrControlPort], tier.name(kvcrControlPort))
+		p, err := portValue(tier.m[KVCRControlPort], tier.name(KVCRControlPort))
 		return []int{p}, err
 	case one || !many:
-		return nil, configErr(ErrInvalidPort, tier.name(kvcrControlPorts),
-			"is not set; set %s with one port per local DP rank (%d)", kvcrControlPorts, ranks)
+		return nil, configErr(ErrInvalidPort, tier.name(KVCRControlPorts),
+			"is not set; set %s with one port per local DP rank (%d)", KVCRControlPorts, ranks)
 	}
-	list, ok := tier.m[kvcrControlPorts].([]any)
+	list, ok := tier.m[KVCRControlPorts].([]any)
 	if !ok {
-		return nil, configErr(ErrInvalidPort, tier.name(kvcrControlPorts), "must be a list of ports, got %s", kindOf(tier.m[kvcrControlPorts]))
+		return nil, configErr(ErrInvalidPort, tier.name(KVCRControlPorts), "must be a list of ports, got %s", kindOf(tier.m[KVCRControlPorts]))
 	}
 	if len(list) != ranks {
-		return nil, configErr(ErrInvalidPort, tier.name(kvcrControlPorts),
+		return nil, configErr(ErrInvalidPort, tier.name(KVCRControlPorts),
 			"has %d ports for %d local DP ranks; give exactly one per rank, in rank order", len(list), ranks)
 	}
 	ports := make([]int, len(list))
 	for i, v := range list {
-		p, err := portValue(v, tier.name(kvcrControlPorts)+"["+strconv.Itoa(i)+"]")
+		p, err := portValue(v, tier.name(KVCRControlPorts)+"["+strconv.Itoa(i)+"]")
 		if err != nil {
 			return nil, err
 		}
