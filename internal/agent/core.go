@@ -37,13 +37,9 @@ type rank struct {
 	agg      *Aggregator  // non-nil: runner inventory arrives per TP shard
 	srcs     []index.Source
 
-	// Ordering: the stream is in order when no gap is open, the engine is
-	// up, and, after a reconnect or the engine's return, a message arrived.
-	// At start the rank is in order at once: its sources are empty, and an
-	// empty inventory is one the agent can always vouch for, whatever the
-	// engine did before we subscribed (a store we missed only makes us
-	// under-report). Waiting for a first message instead would leave an
-	// idle engine's sources not ready indefinitely.
+	// Ordering: the stream is in order when a message arrived since the
+	// start (or a reconnect, or the engine's return), no gap is open and
+	// the engine is up.
 	waiting bool
 	open    []gapSpan
 	down    bool
@@ -62,8 +58,8 @@ type gapSpan struct{ from, to uint64 }
 func (r *rank) inOrder() bool { return !r.waiting && len(r.open) == 0 && !r.down }
 
 // NewCore returns the core of worker's agent for descriptor d, publishing
-// through plane. Every source starts detached and not ready; the caller
-// attaches them with Start once it listens to the engine's streams.
+// through plane. Every source starts detached and not ready; a rank's
+// sources become ready once its stream delivers a message.
 func NewCore(worker string, d *workerconfig.Descriptor, plane Plane, log *slog.Logger) (*Core, error) {
 	if log == nil {
 		log = slog.Default()
@@ -111,18 +107,6 @@ func (c *Core) Readiness() map[index.Source]bool { return c.loc.readiness() }
 
 // Index is the local inventory (read-only use: Dump, Match).
 func (c *Core) Index() *index.Index { return c.loc.ix }
-
-// Start marks every rank in order: the agent now listens to the engine's
-// streams, and the sources are empty, so they can be attached (published
-// empty and ready) before any message arrives.
-func (c *Core) Start() {
-	for _, r := range c.order {
-		if !r.seen {
-			r.waiting = false
-			c.sync(r)
-		}
-	}
-}
 
 // Handle feeds one item of DP rank dp's stream.
 func (c *Core) Handle(dp int, item kvstream.Item) {

@@ -254,15 +254,3 @@ func TestHybridGroups(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
-
-func TestStartReadiesAnIdleEngine(t *testing.T) {
-	h := newHarness(t, sglang, "sglang_linker_tp1")
-	h.expect("", "w0=; o0=", "")
-	// An engine that has served nothing publishes nothing: its empty
-	// inventory is ready as soon as the agent listens.
-	h.core.Start()
-	h.check()
-	h.expect("ready:w0 ready:o0", "w0=; o0=", "o0 w0")
-	h.feed(0, h.msg(0, "", h.ev("store", false, "A")))
-	h.expect("ops:w0", "w0=A@0", "o0 w0")
-}

@@ -80,7 +80,6 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		core.Start()
 		for {
 			select {
 			case <-ctx.Done():
