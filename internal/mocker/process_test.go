@@ -2,10 +2,10 @@ package mocker
 
 import (
 	"bytes"
+	"kvrouter/internal/cluster"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -68,11 +68,9 @@ func TestProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs kvrouter processes")
 	}
-	bin := filepath.Join(t.TempDir(), "kvrouter")
-	build := exec.Command("go", "build", "-o", bin, "kvrouter/cmd/kvrouter")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := cluster.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	a, b := startProc(t, bin, 0), startProc(t, bin, 0)
 	ref := startEngine(t, nil) // only for its tokenizer
