@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"kvrouter/internal/hints"
 	"kvrouter/internal/router"
@@ -102,7 +105,18 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	// generation ends, and requests sharing the prefix come meanwhile.
 	s.Router.Commit(d, s.Now())
 
+	var wrote atomic.Int64 // set by the transport's writer goroutine
+	if s.Trace != nil {
+		hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
+		}))
+	}
 	resp, err := s.Client.Do(hr)
+	if s.Trace != nil && err == nil {
+		if at := wrote.Load(); at != 0 {
+			s.Trace(Timing{Added: time.Unix(0, at).Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
+		}
+	}
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return sendResult{refused: true}

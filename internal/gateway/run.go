@@ -82,6 +82,9 @@ type Options struct {
 
 	Now func() time.Time
 	Log *slog.Logger
+	// Trace, when set, gets the timing of every request sent to a worker
+	// (Server.Trace); for benchmarks, not a flag.
+	Trace func(Timing)
 }
 
 // Defaults returns the flag defaults.
@@ -291,7 +294,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 
 	peers := NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, g.Metrics, o.Log, o.Now)
 	g.Server = &Server{Router: r, Tok: tok, Client: client, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
-		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica}
+		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace}
 	g.http = &http.Server{Handler: g.Server.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))

@@ -42,6 +42,9 @@ type Server struct {
 	MaxBody int64
 	// Replica names this router among its peers; load ids carry it.
 	Replica string
+	// Trace, when set, gets the timing of every request sent to a worker;
+	// benchmarks read the router's own share of the latency from it.
+	Trace func(Timing)
 
 	seq atomic.Uint64
 
@@ -120,6 +123,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
+// Timing is where the router spent one request's time before the worker
+// got it, for Server.Trace.
+type Timing struct {
+	// Added runs from the handler's start (headers read) until the
+	// upstream request is written, tokenization excluded: what routing
+	// adds to a request's latency.
+	Added time.Duration
+	// Tokenize and Decide are the tokenization and the routing decision
+	// (the last one, when a refused connection made the router retry).
+	Tokenize, Decide time.Duration
+}
+
 // prepared is a request read, stripped and tokenized, ready for decisions.
 type prepared struct {
 	kind      Kind
@@ -129,6 +144,8 @@ type prepared struct {
 	forced    string
 	id        string // the request id: X-Request-Id or made up
 	tokenized time.Duration
+	received  time.Time // the handler's start, for Trace
+	decided   time.Duration
 }
 
 // readBody reads a request body up to the size limit.
@@ -210,6 +227,10 @@ func (s *Server) decide(p *prepared, exclude []string, explain bool) (*router.De
 
 func (s *Server) inference(kind Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		var received time.Time
+		if s.Trace != nil {
+			received = time.Now()
+		}
 		body, aerr := s.readBody(w, r)
 		if aerr != nil {
 			s.fail(w, aerr)
@@ -220,13 +241,15 @@ func (s *Server) inference(kind Kind) http.HandlerFunc {
 			s.fail(w, aerr)
 			return
 		}
+		p.received = received
 		var exclude []string
 		for {
-			d, _, aerr := s.decide(p, exclude, false)
+			d, took, aerr := s.decide(p, exclude, false)
 			if aerr != nil {
 				s.fail(w, aerr)
 				return
 			}
+			p.decided = took
 			res := s.send(w, r, p, d)
 			if res.refused && exclude == nil && p.forced == "" {
 				// Nothing reached the client yet: one more try elsewhere.
