@@ -29,8 +29,8 @@ func benchChat(b *testing.B) []byte {
 
 // BenchmarkFrontDoor measures what a request costs the router before and
 // after the decision: strip, parse, chat template and tokenization
-// (tokenize_us), then the forwarded body with a hint, the DP rank and the
-// usage request (body_us).
+// (tokenize), the same for a completion sent as token ids (ids), then the
+// forwarded body with a hint, the DP rank and the usage request (body).
 func BenchmarkFrontDoor(b *testing.B) {
 	s := &Server{Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Metrics: NewMetrics(func() router.Stats { return router.Stats{} }), Log: quiet()}
 	body := benchChat(b)
@@ -54,6 +54,25 @@ func BenchmarkFrontDoor(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(len(p.tokens)), "tokens")
+	})
+	// A completion sent as token ids, as a front end that tokenizes
+	// itself sends it: 1,536 ids.
+	ids := make([]uint32, 1536)
+	for i := range ids {
+		ids[i] = uint32(i*7919) % 150000
+	}
+	idsBody, err := json.Marshal(map[string]any{"model": "m", "prompt": ids, "max_tokens": 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	idsReq := httptest.NewRequest("POST", "/v1/completions", nil)
+	b.Run("ids", func(b *testing.B) {
+		b.SetBytes(int64(len(idsBody)))
+		for b.Loop() {
+			if _, aerr := s.prepare(idsReq, idsBody, KindCompletion); aerr != nil {
+				b.Fatal(aerr)
+			}
+		}
 	})
 	b.Run("body", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))

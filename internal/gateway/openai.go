@@ -127,22 +127,23 @@ func (r *Request) parsePrompt(raw json.RawMessage) error {
 	if raw[0] == '"' {
 		return json.Unmarshal(raw, &r.Prompt)
 	}
-	items, ok := elements(raw)
+	// Only the first item matters: no need to split a long list of ids.
+	first, ok := firstElement(raw)
 	if !ok {
 		return fmt.Errorf("%w: prompt: want a string, a list of strings, token ids or lists of token ids", ErrBadRequest)
 	}
-	if len(items) == 0 {
+	if first == nil {
 		return fmt.Errorf("%w: prompt is empty", ErrBadRequest)
 	}
-	switch items[0][0] {
+	switch first[0] {
 	case '"':
-		if err := json.Unmarshal(items[0], &r.Prompt); err != nil {
+		if err := json.Unmarshal(first, &r.Prompt); err != nil {
 			return fmt.Errorf("%w: prompt[0]: %v", ErrBadRequest, err)
 		}
 		return nil
 	case '[':
 		var err error
-		r.Tokens, err = tokenIDs(items[0], "prompt[0]")
+		r.Tokens, err = tokenIDs(first, "prompt[0]")
 		r.HasTokens = true
 		return err
 	}
@@ -153,6 +154,15 @@ func (r *Request) parsePrompt(raw json.RawMessage) error {
 }
 
 func tokenIDs(raw json.RawMessage, field string) ([]uint32, error) {
+	if out, ok := plainTokenIDs(raw); ok {
+		return out, nil
+	}
+	return decodeTokenIDs(raw, field)
+}
+
+// decodeTokenIDs is tokenIDs through the decoder, for whatever the fast
+// path leaves.
+func decodeTokenIDs(raw json.RawMessage, field string) ([]uint32, error) {
 	var nums []json.Number
 	if err := unmarshalNumbers(raw, &nums); err != nil {
 		return nil, fmt.Errorf("%w: %s: want a list of token ids", ErrBadRequest, field)
@@ -166,6 +176,47 @@ func tokenIDs(raw json.RawMessage, field string) ([]uint32, error) {
 		out[i] = uint32(v)
 	}
 	return out, nil
+}
+
+// plainTokenIDs reads raw, part of a valid JSON document, in one pass when
+// it is a list of plain decimal integers below 2^32, which is what clients
+// send; ok false leaves anything else (1.0, 1e0, -0, an id too large, not a
+// list) to the decoder, whose errors name the offending id. The decoder
+// took a quarter of the router's CPU on id prompts.
+func plainTokenIDs(raw []byte) (out []uint32, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	out = make([]uint32, 0, bytes.Count(raw, []byte{','})+1)
+	if i = skipSpace(raw, i+1); i < len(raw) && raw[i] == ']' {
+		return out, true
+	}
+	for i < len(raw) {
+		start := i
+		var v uint64
+		for ; i < len(raw) && raw[i]-'0' <= 9; i++ {
+			if v = v*10 + uint64(raw[i]-'0'); v > math.MaxUint32 {
+				return nil, false
+			}
+		}
+		if i == start {
+			return nil, false
+		}
+		out = append(out, uint32(v))
+		if i = skipSpace(raw, i); i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case ']':
+			return out, true
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 func (r *Request) parseMessages(raw json.RawMessage) error {
@@ -248,6 +299,19 @@ func members(b []byte) (map[string]json.RawMessage, bool) {
 		}
 	}
 	return out, true
+}
+
+// firstElement returns the first value of a JSON array (part of a valid
+// document), nil for an empty one; ok is false for anything but an array.
+func firstElement(b []byte) (json.RawMessage, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, false
+	}
+	if i = skipSpace(b, i+1); b[i] == ']' {
+		return nil, true
+	}
+	return b[i:skipValue(b, i)], true
 }
 
 // elements splits a JSON array (part of a valid document) into raw values.

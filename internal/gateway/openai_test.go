@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -191,6 +192,21 @@ func TestFlatten(t *testing.T) {
 		want, werr := tokenizer.FlattenContent(json.RawMessage(raw))
 		if got != want || (err == nil) != (werr == nil) {
 			t.Errorf("%s: %q %v, want %q %v", raw, got, err, want, werr)
+		}
+	}
+}
+
+// TestTokenIDsFastPath: the one-pass reader of plain ids agrees with the
+// decoder on every list, ids and errors alike.
+func TestTokenIDsFastPath(t *testing.T) {
+	for _, raw := range []string{
+		`[]`, `[ ]`, `[0]`, `[1,2,3]`, " [ 1 ,\n2\t, 3 ] ", `[4294967295]`, `[4294967296]`, `[99999999999999999999999]`,
+		`[1.0]`, `[1e2]`, `[1E2]`, `[-0]`, `[-1]`, `[1,2.5]`, `[1,"a"]`, `["a"]`, `[[1]]`, `[1,[2]]`, `[null]`, `[true]`, `{}`, `"x"`,
+	} {
+		want, wantErr := decodeTokenIDs(json.RawMessage(raw), "prompt")
+		got, err := tokenIDs(json.RawMessage(raw), "prompt")
+		if fmt.Sprint(got, err) != fmt.Sprint(want, wantErr) || (got == nil) != (want == nil) {
+			t.Errorf("%s: got %v %v, want %v %v", raw, got, err, want, wantErr)
 		}
 	}
 }
