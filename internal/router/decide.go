@@ -154,6 +154,51 @@ func (r *Router) release(groups []*group) {
 	}
 }
 
+// loads is the in-flight load of every rank, by slot, read from the tracker
+// in one go: a lock and a map lookup per rank cost more than the rest of
+// a decision over a thousand ranks. Pooled; it starts and ends all zero.
+type loads struct {
+	by       []schedule.RankLoad // by slot
+	set      []int32             // slots set in by
+	inflight []rankLoad
+}
+
+type rankLoad struct {
+	rank schedule.Rank
+	load schedule.RankLoad
+}
+
+// readLoads fills a loads from the tracker. Callers hold mu.
+func (r *Router) readLoads() *loads {
+	l, _ := r.loads.Get().(*loads)
+	if l == nil {
+		l = &loads{}
+	}
+	if len(l.by) < len(r.slotSrc) {
+		l.by = make([]schedule.RankLoad, len(r.slotSrc))
+	}
+	// Copied out first: the tracker's lock is not held over map lookups.
+	r.load.Each(func(k schedule.Rank, rl schedule.RankLoad) {
+		l.inflight = append(l.inflight, rankLoad{k, rl})
+	})
+	for _, f := range l.inflight {
+		if e := r.workers[f.rank.Worker]; e != nil && e.w.HasRank(f.rank.DP) {
+			slot := e.rankSlot[f.rank.DP-e.w.DPStart]
+			l.by[slot] = f.load
+			l.set = append(l.set, slot)
+		}
+	}
+	return l
+}
+
+func (r *Router) releaseLoads(l *loads) {
+	for _, slot := range l.set {
+		l.by[slot] = schedule.RankLoad{}
+	}
+	l.set, l.inflight = l.set[:0], l.inflight[:0]
+	r.loads.Put(l)
+}
+
 // Decide chooses the target for a request and the hint it gets. It sends
 // nothing and records nothing: see Commit.
 func (r *Router) Decide(req Request) (*Decision, error) {
@@ -166,6 +211,8 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	seed := kvhash.SeedFor("", req.Salt)
 	var groups []*group
 	defer func() { r.release(groups) }()
+	ld := r.readLoads()
+	defer r.releaseLoads(ld)
 	groupOf := func(bs int) *group {
 		for _, g := range groups {
 			if g.bs == bs {
@@ -183,7 +230,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		}
 		g := groupOf(e.w.BlockSize)
 		for i := range e.w.DPSize {
-			g.cands = append(g.cands, r.candidate(g, e, i))
+			g.cands = append(g.cands, r.candidate(g, e, i, ld))
 		}
 	}
 	if len(groups) == 0 {
@@ -260,7 +307,7 @@ func candidateOf(s schedule.Scored) Candidate {
 }
 
 // candidate gathers the overlaps and load of the worker's i-th rank.
-func (r *Router) candidate(g *group, e *entry, i int) schedule.Candidate {
+func (r *Router) candidate(g *group, e *entry, i int, ld *loads) schedule.Candidate {
 	w := &e.w
 	rank := w.DPStart + i
 	c := schedule.Candidate{Worker: w.ID, Rank: rank}
@@ -280,11 +327,10 @@ func (r *Router) candidate(g *group, e *entry, i int) schedule.Candidate {
 			c.HostOverlap += m.Depth - depth
 		}
 	}
-	key := schedule.Rank{Worker: w.ID, DP: rank}
-	l := r.load.Of(key)
+	l := ld.by[e.rankSlot[i]]
 	c.ActivePrefillTokens, c.ActiveDecodeBlocks, c.ActiveRequests = l.PrefillTokens, l.DecodeBlocks, l.Requests
 	if len(r.engine) > 0 {
-		if el, ok := r.engine[key]; ok {
+		if el, ok := r.engine[schedule.Rank{Worker: w.ID, DP: rank}]; ok {
 			// The engine sees requests other routers sent; take whichever
 			// view shows more work.
 			c.ActiveRequests = max(c.ActiveRequests, int(el.Running+el.Waiting))

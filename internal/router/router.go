@@ -71,6 +71,7 @@ type Router struct {
 	tree    []int32        // by slot: blocks held, from RefreshSizes
 	free    []int32
 	scratch sync.Pool // *group
+	loads   sync.Pool // *loads
 
 	amu    sync.Mutex // approximate inventory; taken without mu held
 	approx map[index.Source]map[uint64]time.Time

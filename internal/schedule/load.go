@@ -111,6 +111,18 @@ func (l *Load) Of(r Rank) RankLoad {
 	return RankLoad{}
 }
 
+// Each calls f with every rank that has work in flight, under one lock: a
+// decision reads the load of a thousand ranks, and a lock and a map lookup
+// per rank cost more than the rest of the decision. f must not call back
+// into l.
+func (l *Load) Each(f func(Rank, RankLoad)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for r, rl := range l.ranks {
+		f(r, *rl)
+	}
+}
+
 func (l *Load) rank(r Rank) *RankLoad {
 	rl, ok := l.ranks[r]
 	if !ok {

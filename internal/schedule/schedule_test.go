@@ -106,3 +106,19 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("after forget: %+v", got)
 	}
 }
+
+// TestLoadEach: Each sees exactly the ranks Of reports work on.
+func TestLoadEach(t *testing.T) {
+	l := NewLoad()
+	a, b, c := Rank{"w", 0}, Rank{"w", 1}, Rank{"v", 0}
+	l.Start("1", a, 10, 1)
+	l.Start("2", a, 20, 2)
+	l.Start("3", b, 5, 1)
+	l.Start("4", c, 7, 3)
+	l.Finish("4")
+	got := map[Rank]RankLoad{}
+	l.Each(func(r Rank, rl RankLoad) { got[r] = rl })
+	if len(got) != 2 || got[a] != l.Of(a) || got[b] != l.Of(b) {
+		t.Fatalf("Each saw %v", got)
+	}
+}
