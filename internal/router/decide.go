@@ -154,13 +154,17 @@ func (r *Router) release(groups []*group) {
 	}
 }
 
-// loads is the in-flight load of every rank, by slot, read from the tracker
-// in one go: a lock and a map lookup per rank cost more than the rest of
-// a decision over a thousand ranks. Pooled; it starts and ends all zero.
+// loads is a decision's working memory, pooled: the in-flight load of every
+// rank by slot, read from the tracker in one go (a lock and a map lookup
+// per rank cost more than the rest of a decision over a thousand ranks;
+// by starts and ends all zero), and the priced candidates. Nothing in a
+// Decision points into it.
 type loads struct {
 	by       []schedule.RankLoad // by slot
 	set      []int32             // slots set in by
 	inflight []rankLoad
+	scored   []schedule.Scored
+	of       []*group // by scored candidate, with several block sizes
 }
 
 type rankLoad struct {
@@ -196,6 +200,8 @@ func (r *Router) releaseLoads(l *loads) {
 		l.by[slot] = schedule.RankLoad{}
 	}
 	l.set, l.inflight = l.set[:0], l.inflight[:0]
+	clear(l.of) // keeps no group alive
+	l.of = l.of[:0]
 	r.loads.Put(l)
 }
 
@@ -246,10 +252,11 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	for _, g := range groups[1:] {
 		minBS = min(minBS, g.bs)
 	}
-	var scored []schedule.Scored
-	var of []*group
+	scored, of := ld.scored[:0], ld.of
 	for _, g := range groups {
-		s := schedule.Score(r.cfg.Weights, len(g.local), g.bs, g.cands)
+		base := len(scored)
+		scored = schedule.AppendScores(scored, r.cfg.Weights, len(g.local), g.bs, g.cands)
+		s := scored[base:]
 		if g.bs != minBS {
 			scale := float64(g.bs) / float64(minBS)
 			for i := range s {
@@ -261,8 +268,8 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 				of = append(of, g)
 			}
 		}
-		scored = append(scored, s...)
 	}
+	ld.scored, ld.of = scored, of
 	pick := r.picker.Pick(scored, rand.New(rand.NewPCG(contentSeed(req, groups))))
 	if pick < 0 {
 		return nil, fmt.Errorf("%w: model %q", ErrNoWorker, req.Model)
@@ -270,7 +277,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 
 	t := scored[pick]
 	g := groups[0]
-	if of != nil {
+	if len(of) > 0 {
 		g = of[pick]
 	}
 	d := &Decision{

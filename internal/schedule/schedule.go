@@ -7,6 +7,7 @@ package schedule
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Weights are the cost formula's knobs.
@@ -62,7 +63,15 @@ type Scored struct {
 // Score prices every candidate for a request of requestBlocks blocks.
 // blockSize converts in-flight prefill tokens into blocks of pending work.
 func Score(w Weights, requestBlocks int, blockSize int, cands []Candidate) []Scored {
-	out := make([]Scored, len(cands))
+	return AppendScores(make([]Scored, 0, len(cands)), w, requestBlocks, blockSize, cands)
+}
+
+// AppendScores is Score appending to dst, so that a caller pricing a
+// thousand ranks per request reuses the memory.
+func AppendScores(dst []Scored, w Weights, requestBlocks int, blockSize int, cands []Candidate) []Scored {
+	base := len(dst)
+	dst = slices.Grow(dst, len(cands))[:base+len(cands)]
+	out := dst[base:]
 	rb := float64(requestBlocks)
 	for i, c := range cands {
 		adj := rb - w.OverlapCredit*float64(c.DeviceOverlap) - w.HostCredit*float64(c.HostOverlap) -
@@ -83,7 +92,7 @@ func Score(w Weights, requestBlocks int, blockSize int, cands []Candidate) []Sco
 			Cost:                  w.PrefillLoadScale*(adj+queued) + decode + w.RequestWeight*float64(c.ActiveRequests),
 		}
 	}
-	return out
+	return dst
 }
 
 // Choose returns the index of the chosen candidate, or -1 when there is

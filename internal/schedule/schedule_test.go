@@ -122,3 +122,16 @@ func TestLoadEach(t *testing.T) {
 		t.Fatalf("Each saw %v", got)
 	}
 }
+
+// TestAppendScores: appending keeps what dst held and prices the new
+// candidates as Score does.
+func TestAppendScores(t *testing.T) {
+	w := DefaultWeights()
+	cands := []Candidate{{Worker: "a", DeviceOverlap: 3}, {Worker: "b", ActiveDecodeBlocks: 2}}
+	first := Score(w, 8, 16, cands[:1])
+	got := AppendScores(first, w, 8, 16, cands[1:])
+	want := Score(w, 8, 16, cands)
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("appended %+v, want %+v", got, want)
+	}
+}
