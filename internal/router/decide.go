@@ -140,7 +140,7 @@ func (r *Router) slotOf(src *index.Source) int32 {
 		return -1
 	}
 	if e := r.workers[src.Worker]; e != nil && e.w.HasRank(src.Rank) {
-		return e.rankSlot[src.Rank-e.w.DPStart]
+		return e.ranks[src.Rank-e.w.DPStart].slot
 	}
 	return -1
 }
@@ -165,6 +165,7 @@ type loads struct {
 	inflight []rankLoad
 	scored   []schedule.Scored
 	of       []*group // by scored candidate, with several block sizes
+	ties     []tie
 }
 
 type rankLoad struct {
@@ -187,7 +188,7 @@ func (r *Router) readLoads() *loads {
 	})
 	for _, f := range l.inflight {
 		if e := r.workers[f.rank.Worker]; e != nil && e.w.HasRank(f.rank.DP) {
-			slot := e.rankSlot[f.rank.DP-e.w.DPStart]
+			slot := e.ranks[f.rank.DP-e.w.DPStart].slot
 			l.by[slot] = f.load
 			l.set = append(l.set, slot)
 		}
@@ -200,8 +201,9 @@ func (r *Router) releaseLoads(l *loads) {
 		l.by[slot] = schedule.RankLoad{}
 	}
 	l.set, l.inflight = l.set[:0], l.inflight[:0]
-	clear(l.of) // keeps no group alive
-	l.of = l.of[:0]
+	clear(l.of) // keeps no group or entry alive
+	clear(l.ties)
+	l.of, l.ties = l.of[:0], l.ties[:0]
 	r.loads.Put(l)
 }
 
@@ -230,55 +232,75 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		return g
 	}
 
+	included := func(e *entry) bool {
+		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID)
+	}
+	bs, mixed := 0, false
 	for _, e := range ents {
-		if (req.Target != "" && e.w.ID != req.Target) || slices.Contains(req.Exclude, e.w.ID) {
-			continue
-		}
-		g := groupOf(e.w.BlockSize)
-		for i := range e.w.DPSize {
-			g.cands = append(g.cands, r.candidate(g, e, i, ld))
+		if included(e) {
+			if bs == 0 {
+				bs = e.w.BlockSize
+			}
+			mixed = mixed || e.w.BlockSize != bs
 		}
 	}
-	if len(groups) == 0 {
+	if bs == 0 {
 		if req.Target != "" {
 			return nil, fmt.Errorf("%w: worker %q does not serve model %q", ErrNoWorker, req.Target, req.Model)
 		}
 		return nil, fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
 	}
-
-	// Costs are in blocks; workers with larger blocks get their costs
-	// scaled to the smallest block size so that all compare in one unit.
-	minBS := groups[0].bs
-	for _, g := range groups[1:] {
-		minBS = min(minBS, g.bs)
-	}
-	scored, of := ld.scored[:0], ld.of
-	for _, g := range groups {
-		base := len(scored)
-		scored = schedule.AppendScores(scored, r.cfg.Weights, len(g.local), g.bs, g.cands)
-		s := scored[base:]
-		if g.bs != minBS {
-			scale := float64(g.bs) / float64(minBS)
-			for i := range s {
-				s[i].Cost *= scale
+	var t schedule.Scored
+	var g *group
+	var scored []schedule.Scored
+	if !mixed && !req.Explain && r.picker.Routing == schedule.RoutingKV && r.picker.Temperature == 0 {
+		g = groupOf(bs)
+		e, i := r.cheapest(g, ents, included, ld, req)
+		t = r.cfg.Weights.Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
+	} else {
+		for _, e := range ents {
+			if !included(e) {
+				continue
+			}
+			g := groupOf(e.w.BlockSize)
+			for i := range e.w.DPSize {
+				g.cands = append(g.cands, r.candidate(g, e, i, ld))
 			}
 		}
-		if len(groups) > 1 {
-			for range s {
-				of = append(of, g)
+		// Costs are in blocks; workers with larger blocks get their costs
+		// scaled to the smallest block size so that all compare in one unit.
+		minBS := groups[0].bs
+		for _, g := range groups[1:] {
+			minBS = min(minBS, g.bs)
+		}
+		var of []*group
+		scored, of = ld.scored[:0], ld.of
+		for _, g := range groups {
+			base := len(scored)
+			scored = schedule.AppendScores(scored, r.cfg.Weights, len(g.local), g.bs, g.cands)
+			s := scored[base:]
+			if g.bs != minBS {
+				scale := float64(g.bs) / float64(minBS)
+				for i := range s {
+					s[i].Cost *= scale
+				}
+			}
+			if len(groups) > 1 {
+				for range s {
+					of = append(of, g)
+				}
 			}
 		}
-	}
-	ld.scored, ld.of = scored, of
-	pick := r.picker.Pick(scored, rand.New(rand.NewPCG(contentSeed(req, groups))))
-	if pick < 0 {
-		return nil, fmt.Errorf("%w: model %q", ErrNoWorker, req.Model)
-	}
-
-	t := scored[pick]
-	g := groups[0]
-	if len(of) > 0 {
-		g = of[pick]
+		ld.scored, ld.of = scored, of
+		pick := r.picker.Pick(scored, rand.New(rand.NewPCG(contentSeed(req, groups))))
+		if pick < 0 {
+			return nil, fmt.Errorf("%w: model %q", ErrNoWorker, req.Model)
+		}
+		t = scored[pick]
+		g = groups[0]
+		if len(of) > 0 {
+			g = of[pick]
+		}
 	}
 	d := &Decision{
 		Model:   req.Model,
@@ -303,6 +325,51 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	return d, nil
 }
 
+// cheapest is schedule.Choose at temperature 0 over the ranks of the
+// included workers, all of g's block size, without materialising them: a
+// decision over a thousand ranks spent most of its time writing and
+// re-reading candidates only to keep one. It prices each rank as it goes
+// and keeps the cheapest, with the same ties (smaller tree, then the
+// content-seeded draw) in the same order as the full list would have.
+func (r *Router) cheapest(g *group, ents []*entry, included func(*entry) bool, ld *loads, req Request) (*entry, int) {
+	ties := ld.ties[:0]
+	var lo float64
+	bestTree := 0
+	filtered := req.Target != "" || len(req.Exclude) > 0
+	w := &r.cfg.Weights
+	var c schedule.Candidate
+	for _, e := range ents {
+		if filtered && !included(e) {
+			continue
+		}
+		for i := range e.w.DPSize {
+			r.fill(&c, g, e, i, ld)
+			cost := w.Cost(len(g.local), g.bs, &c)
+			switch {
+			case len(ties) == 0 || cost < lo:
+				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], tie{e, i})
+			case cost != lo || c.TreeSize > bestTree:
+			case c.TreeSize < bestTree:
+				bestTree, ties = c.TreeSize, append(ties[:0], tie{e, i})
+			default:
+				ties = append(ties, tie{e, i})
+			}
+		}
+	}
+	ld.ties = ties
+	pick := ties[0]
+	if len(ties) > 1 {
+		pick = ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(ties))]
+	}
+	return pick.e, pick.i
+}
+
+// tie is a rank among the cheapest so far.
+type tie struct {
+	e *entry
+	i int
+}
+
 func candidateOf(s schedule.Scored) Candidate {
 	return Candidate{
 		Worker: s.Worker, Rank: s.Rank,
@@ -315,11 +382,19 @@ func candidateOf(s schedule.Scored) Candidate {
 
 // candidate gathers the overlaps and load of the worker's i-th rank.
 func (r *Router) candidate(g *group, e *entry, i int, ld *loads) schedule.Candidate {
+	var c schedule.Candidate
+	r.fill(&c, g, e, i, ld)
+	return c
+}
+
+// fill is candidate writing in place: a decision prices a thousand ranks.
+func (r *Router) fill(c *schedule.Candidate, g *group, e *entry, i int, ld *loads) {
 	w := &e.w
 	rank := w.DPStart + i
-	c := schedule.Candidate{Worker: w.ID, Rank: rank}
+	*c = schedule.Candidate{Worker: w.ID, Rank: rank}
 	depth := 0
-	if m := g.match(e.rankSlot[i]); m != nil {
+	ref := &e.ranks[i]
+	if m := g.match(ref.slot); m != nil {
 		c.DeviceOverlap = m.DeviceDepth
 		c.HostOverlap = m.Tiers[kvevents.TierHost] + m.Tiers[kvevents.TierExternal]
 		c.DiskOverlap = m.Tiers[kvevents.TierDisk]
@@ -327,14 +402,14 @@ func (r *Router) candidate(g *group, e *entry, i int, ld *loads) schedule.Candid
 	}
 	// The slot check guards against an owner another worker claimed since
 	// (its slot may have been reused).
-	if os := e.ownerSlot[i]; os >= 0 && r.slotSrc[os].Owner == w.Owners[rank] {
+	if os := ref.ownerSlot; os >= 0 && r.slotSrc[os].Owner == ref.owner {
 		// The rank's own runner restores its runner-owned blocks locally,
 		// as fast as host offload: they extend the host overlap.
 		if m := g.match(os); m != nil && m.Depth > depth {
 			c.HostOverlap += m.Depth - depth
 		}
 	}
-	l := ld.by[e.rankSlot[i]]
+	l := ld.by[ref.slot]
 	c.ActivePrefillTokens, c.ActiveDecodeBlocks, c.ActiveRequests = l.PrefillTokens, l.DecodeBlocks, l.Requests
 	if len(r.engine) > 0 {
 		if el, ok := r.engine[schedule.Rank{Worker: w.ID, DP: rank}]; ok {
@@ -344,8 +419,7 @@ func (r *Router) candidate(g *group, e *entry, i int, ld *loads) schedule.Candid
 			c.ActiveDecodeBlocks = max(c.ActiveDecodeBlocks, el.KVUsedBlocks)
 		}
 	}
-	c.TreeSize = int(r.tree[e.rankSlot[i]])
-	return c
+	c.TreeSize = int(r.tree[ref.slot])
 }
 
 // hint runs hint selection for the chosen target. It never changes the

@@ -80,10 +80,18 @@ type Router struct {
 type entry struct {
 	w   Worker
 	gen uint64 // the sink allowed to feed the worker's sources
-	// Slots of the worker's ranks and of their own cache owners (-1: none),
-	// by rank - DPStart.
-	rankSlot  []int32
-	ownerSlot []int32
+	// ranks are the worker's ranks, by rank - DPStart.
+	ranks []rankRef
+}
+
+// rankRef is what a decision needs of a rank beyond its worker, laid out
+// flat: a decision walks a thousand of them.
+type rankRef struct {
+	slot int32 // the rank's source slot
+	// ownerSlot is the slot of the rank's own cache owner (-1: none),
+	// named owner.
+	ownerSlot int32
+	owner     string
 }
 
 // owner is a cache owner's standing: claimed by a worker's rank, or detached
@@ -227,11 +235,11 @@ func (r *Router) apply(e *entry, w Worker, existed bool, now time.Time) error {
 		*o = owner{worker: w.ID, rank: rank, origin: w.Origin, slot: r.slots[src]}
 	}
 	e.w = w
-	e.rankSlot, e.ownerSlot = make([]int32, w.DPSize), make([]int32, w.DPSize)
+	e.ranks = make([]rankRef, w.DPSize)
 	for i := range w.DPSize {
-		e.rankSlot[i], e.ownerSlot[i] = r.slots[index.WorkerRank(w.ID, w.DPStart+i)], -1
+		e.ranks[i] = rankRef{slot: r.slots[index.WorkerRank(w.ID, w.DPStart+i)], ownerSlot: -1}
 		if id, ok := w.Owners[w.DPStart+i]; ok {
-			e.ownerSlot[i] = r.slots[index.CacheOwner(id)]
+			e.ranks[i].ownerSlot, e.ranks[i].owner = r.slots[index.CacheOwner(id)], id
 		}
 	}
 	return nil

@@ -72,27 +72,45 @@ func AppendScores(dst []Scored, w Weights, requestBlocks int, blockSize int, can
 	base := len(dst)
 	dst = slices.Grow(dst, len(cands))[:base+len(cands)]
 	out := dst[base:]
-	rb := float64(requestBlocks)
 	for i, c := range cands {
-		adj := rb - w.OverlapCredit*float64(c.DeviceOverlap) - w.HostCredit*float64(c.HostOverlap) -
-			w.DiskCredit*float64(c.DiskOverlap) - c.SharedBeyond
-		adj = math.Max(0, adj)
-		// Queued prefill on the rank delays this one: count it as prefill
-		// work ahead of us.
-		queued := 0.0
-		if blockSize > 0 {
-			queued = c.ActivePrefillTokens / float64(blockSize)
-		}
-		decode := c.ActiveDecodeBlocks + rb
-		out[i] = Scored{
-			Candidate:             c,
-			PrefillBlocks:         rb,
-			AdjustedPrefill:       adj,
-			PotentialDecodeBlocks: decode,
-			Cost:                  w.PrefillLoadScale*(adj+queued) + decode + w.RequestWeight*float64(c.ActiveRequests),
-		}
+		out[i] = w.Price(requestBlocks, blockSize, c)
 	}
 	return dst
+}
+
+// Price prices one candidate as Score does.
+func (w Weights) Price(requestBlocks int, blockSize int, c Candidate) Scored {
+	adj, decode, cost := w.terms(requestBlocks, blockSize, &c)
+	return Scored{
+		Candidate:             c,
+		PrefillBlocks:         float64(requestBlocks),
+		AdjustedPrefill:       adj,
+		PotentialDecodeBlocks: decode,
+		Cost:                  cost,
+	}
+}
+
+// Cost is Price(...).Cost without copying the candidate around: a caller
+// that only keeps the cheapest of a thousand ranks prices each in place.
+func (w Weights) Cost(requestBlocks int, blockSize int, c *Candidate) float64 {
+	_, _, cost := w.terms(requestBlocks, blockSize, c)
+	return cost
+}
+
+// terms computes the cost formula (SPEC 7), for Price and Cost alike.
+func (w Weights) terms(requestBlocks int, blockSize int, c *Candidate) (adj, decode, cost float64) {
+	rb := float64(requestBlocks)
+	adj = rb - w.OverlapCredit*float64(c.DeviceOverlap) - w.HostCredit*float64(c.HostOverlap) -
+		w.DiskCredit*float64(c.DiskOverlap) - c.SharedBeyond
+	adj = math.Max(0, adj)
+	// Queued prefill on the rank delays this one: count it as prefill
+	// work ahead of us.
+	queued := 0.0
+	if blockSize > 0 {
+		queued = c.ActivePrefillTokens / float64(blockSize)
+	}
+	decode = c.ActiveDecodeBlocks + rb
+	return adj, decode, w.PrefillLoadScale*(adj+queued) + decode + w.RequestWeight*float64(c.ActiveRequests)
 }
 
 // Choose returns the index of the chosen candidate, or -1 when there is
