@@ -165,6 +165,11 @@ func skipSpace(b []byte, i int) int {
 // skipString returns the offset just past the string opening at b[i]; b is
 // valid JSON.
 func skipString(b []byte, i int) int {
+	// Most strings hold no escape: find the closing quote with vectorised
+	// searches rather than byte by byte (prompts are long).
+	if j := bytes.IndexByte(b[i+1:], '"'); j >= 0 && bytes.IndexByte(b[i+1:i+1+j], '\\') < 0 {
+		return i + 2 + j
+	}
 	for i++; ; i++ {
 		switch b[i] {
 		case '\\':
@@ -182,6 +187,16 @@ func skipValue(b []byte, i int) int {
 	case '"':
 		return skipString(b, i)
 	case '{', '[':
+		if b[i] == '[' {
+			// A list without strings or nested containers (token ids)
+			// ends at the first ']': found with vectorised searches.
+			if j := bytes.IndexByte(b[i:], ']'); j >= 0 {
+				in := b[i+1 : i+j]
+				if bytes.IndexByte(in, '"') < 0 && bytes.IndexByte(in, '[') < 0 && bytes.IndexByte(in, '{') < 0 {
+					return i + j + 1
+				}
+			}
+		}
 		depth := 0
 		for ; ; i++ {
 			switch b[i] {

@@ -99,7 +99,7 @@ type insert struct {
 }
 
 func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
-	if !json.Valid(body) {
+	if !valid(body) {
 		return nil, false, fmt.Errorf("%w: not valid JSON", ErrBadBody)
 	}
 	open := skipSpace(body, 0)
@@ -290,6 +290,11 @@ func skipSpace(b []byte, i int) int {
 
 // skipString returns the offset just past the string opening at b[i].
 func skipString(b []byte, i int) int {
+	// Most strings hold no escape: find the closing quote with vectorised
+	// searches rather than byte by byte (prompts are long).
+	if j := bytes.IndexByte(b[i+1:], '"'); j >= 0 && bytes.IndexByte(b[i+1:i+1+j], '\\') < 0 {
+		return i + 2 + j
+	}
 	for i++; ; i++ {
 		switch b[i] {
 		case '\\':
@@ -306,6 +311,16 @@ func skipValue(b []byte, i int) int {
 	case '"':
 		return skipString(b, i)
 	case '{', '[':
+		if b[i] == '[' {
+			// A list without strings or nested containers (token ids)
+			// ends at the first ']': found with vectorised searches.
+			if j := bytes.IndexByte(b[i:], ']'); j >= 0 {
+				in := b[i+1 : i+j]
+				if bytes.IndexByte(in, '"') < 0 && bytes.IndexByte(in, '[') < 0 && bytes.IndexByte(in, '{') < 0 {
+					return i + j + 1
+				}
+			}
+		}
 		depth := 0
 		for ; ; i++ {
 			switch b[i] {
