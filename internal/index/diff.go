@@ -144,7 +144,16 @@ func (sc *scratch) step(i uint32, prev, cur []uint32) {
 
 // stepDense is step over tier-mask words: one word covers eight sources.
 func (sc *scratch) stepDense(i uint32, prev, cur []uint32) {
-	for k := 0; k < max(len(prev), len(cur)); k++ {
+	n, common := max(len(prev), len(cur)), min(len(prev), len(cur))
+	for k := 0; k < n; k++ {
+		// Consecutive blocks' holder sets mostly agree: skip equal words
+		// in a tight loop.
+		for k < common && prev[k] == cur[k] {
+			k++
+		}
+		if k == n {
+			break
+		}
 		var p, c uint32
 		if k < len(prev) {
 			p = prev[k]
