@@ -154,7 +154,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
-		b, err = io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		b, err = readAll(io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
 		if err == nil {
 			var v struct {
 				Usage *usage `json:"usage"`

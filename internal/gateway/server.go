@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -154,7 +155,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	if limit <= 0 {
 		limit = DefaultMaxBody
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -164,6 +165,18 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "reading the body: " + err.Error(), outcomeCanceled}
 	}
 	return body, nil
+}
+
+// readAll is io.ReadAll sized up front when the length is announced (and
+// within limit): growing from 512 bytes copied a long prompt six times.
+func readAll(rd io.Reader, length, limit int64) ([]byte, error) {
+	if length <= 0 || length > limit {
+		return io.ReadAll(rd)
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(length) + bytes.MinRead) // room for the read that sees EOF
+	_, err := buf.ReadFrom(rd)
+	return buf.Bytes(), err
 }
 
 // prepare does everything before the routing decision. Stripping client
