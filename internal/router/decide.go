@@ -445,21 +445,23 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 	for i := range g.matches {
 		m := &g.matches[i]
 		depth := m.Depth
-		guess := false
 		if !m.Source.IsOwner() {
 			// A worker's own blocks are pulled from its device; its
 			// lower tiers are not served to peers.
 			depth = m.DeviceDepth
-			e := r.workers[m.Source.Worker]
-			guess = e != nil && e.w.Mode == ModeApproximate
 		}
 		if m.Source == tsrc {
 			continue
 		}
 		if depth <= req.PrefixToBeat {
-			// Cannot win; skipping spares the conflict lookup.
+			// Cannot win; skipping spares the lookups.
 			shallow++
 			continue
+		}
+		guess := false
+		if !m.Source.IsOwner() {
+			e := r.workers[m.Source.Worker]
+			guess = e != nil && e.w.Mode == ModeApproximate
 		}
 		req.Candidates = append(req.Candidates, hints.Candidate{
 			Source: hints.Source(m.Source),
