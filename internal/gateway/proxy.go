@@ -113,9 +113,13 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	}
 	resp, err := s.Client.Do(hr)
 	if s.Trace != nil && err == nil {
+		// The answer can overtake the writer's report; the request was
+		// written by the time it came, so the answer's time bounds it.
+		sent := time.Now()
 		if at := wrote.Load(); at != 0 {
-			s.Trace(Timing{Added: time.Unix(0, at).Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
+			sent = time.Unix(0, at)
 		}
+		s.Trace(Timing{Added: sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
 	}
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
