@@ -15,7 +15,13 @@ import (
 // with a cache owner per rank) sharing a 32-block system prompt, each rank
 // holding 8 conversations of 48 blocks; the request is a conversation
 // continued by 16 new blocks, with 200 requests in flight.
-func BenchmarkDecide(b *testing.B) {
+func BenchmarkDecide(b *testing.B) { benchDecide(b, 1) }
+
+// BenchmarkDecideSystems8 is BenchmarkDecide with 8 system prompts, each
+// shared by an eighth of the ranks: most ranks hold nothing of a request.
+func BenchmarkDecideSystems8(b *testing.B) { benchDecide(b, 8) }
+
+func benchDecide(b *testing.B, systems int) {
 	const (
 		workers = 500
 		ranks   = 2
@@ -25,7 +31,7 @@ func BenchmarkDecide(b *testing.B) {
 	)
 	r := newRouter(b, nil)
 	f := newFleet(b, r)
-	sys := tokens(1<<30, system)
+	sysOf := func(w, rank int) []uint32 { return tokens(1<<30+uint32((w*ranks+rank)%systems)<<16, system) }
 	for w := range workers {
 		f.add(agg(fmt.Sprint("w", w), ranks))
 	}
@@ -33,6 +39,7 @@ func BenchmarkDecide(b *testing.B) {
 		id := fmt.Sprint("w", w)
 		for rank := range ranks {
 			src := index.WorkerRank(id, rank)
+			sys := sysOf(w, rank)
 			f.store(id, src, storeOp(sys, "", kvevents.TierDevice))
 			for c := range convs {
 				p := append(append([]uint32(nil), sys...), tokens(uint32((w*ranks+rank)*convs+c)<<12, conv)...)
@@ -52,7 +59,7 @@ func BenchmarkDecide(b *testing.B) {
 	reqs := make([]Request, 64)
 	for i := range reqs {
 		w, rank := (i*7)%workers, i%ranks
-		p := append(append([]uint32(nil), sys...), tokens(uint32((w*ranks+rank)*convs+1)<<12, conv)...)
+		p := append(append([]uint32(nil), sysOf(w, rank)...), tokens(uint32((w*ranks+rank)*convs+1)<<12, conv)...)
 		p = append(p, tokens(uint32(1<<29+i*100000), 16)...)
 		reqs[i] = Request{Model: "m", Tokens: p}
 	}

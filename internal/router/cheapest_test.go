@@ -16,11 +16,14 @@ import (
 // chooses, ties included, on random fleets with shared prefixes, load,
 // lower tiers, cache owners and block counts.
 func TestCheapestMatchesFullList(t *testing.T) {
-	for seed := range uint64(20) {
+	for seed := range uint64(60) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		r := newRouter(t, nil)
 		f := newFleet(t, r)
-		workers := 1 + rng.IntN(12)
+		workers := 1 + rng.IntN(40)
+		// Sparse fleets, where few ranks hold anything, take the warm
+		// path; dense ones the walk over every rank.
+		sparse := seed%2 == 1
 		for w := range workers {
 			f.add(agg(fmt.Sprint("w", w), 1+rng.IntN(3)))
 		}
@@ -30,6 +33,9 @@ func TestCheapestMatchesFullList(t *testing.T) {
 		}
 		for _, w := range r.AllWorkers() {
 			for rank := range w.DPSize {
+				if sparse && rng.IntN(6) > 0 {
+					continue
+				}
 				for range rng.IntN(3) {
 					p := prompts[rng.IntN(len(prompts))]
 					p = p[:bs*(1+rng.IntN(len(p)/bs))]
@@ -43,6 +49,16 @@ func TestCheapestMatchesFullList(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					r.Load().Start(fmt.Sprint(w.ID, rank), schedule.Rank{Worker: w.ID, DP: rank}, float64(rng.IntN(64)), float64(rng.IntN(4)))
 				}
+			}
+		}
+		if seed%3 == 0 && workers > 1 {
+			// Two ranks naming the same cache owner: the second claim
+			// wins the owner, the first still reads its blocks.
+			w, _ := r.Worker("w1")
+			w0, _ := r.Worker("w0")
+			w.Owners = map[int]string{0: w0.Owners[0]}
+			if err := r.Upsert(w, t0); err != nil {
+				t.Fatal(err)
 			}
 		}
 		if seed%2 == 0 {
@@ -68,5 +84,34 @@ func TestCheapestMatchesFullList(t *testing.T) {
 				t.Fatalf("seed %d request %d:\n fast %+v\n full %+v", seed, q, fast, full)
 			}
 		}
+	}
+}
+
+// TestCheapestWarmTiesCold: a rank whose cached blocks exactly offset its
+// load costs what an idle empty rank costs, so the draw is among all of
+// them, not among the ranks holding something.
+func TestCheapestWarmTiesCold(t *testing.T) {
+	r := newRouter(t, nil)
+	f := newFleet(t, r)
+	for w := range 6 {
+		f.add(agg(fmt.Sprint("w", w), 1))
+	}
+	p := tokens(7, 4)
+	f.store("w2", index.WorkerRank("w2", 0), storeOp(p[:2*bs], "", kvevents.TierDevice))
+	// Two blocks of credit, two blocks of decode in flight: even.
+	r.Load().Start("x", schedule.Rank{Worker: "w2", DP: 0}, 0, 2)
+	seen := map[string]bool{}
+	for q := range 64 {
+		req := Request{Model: "m", Tokens: append(append([]uint32(nil), p...), tokens(uint32(q+1)<<20, 1)...)}
+		fast := decide(t, r, req)
+		req.Explain = true
+		full := decide(t, r, req)
+		if target(fast) != target(full) {
+			t.Fatalf("request %d: fast %s, full %s", q, target(fast), target(full))
+		}
+		seen[target(fast)] = true
+	}
+	if len(seen) < 3 {
+		t.Fatalf("draws went to %v: want the tie spread over idle and warm ranks", seen)
 	}
 }

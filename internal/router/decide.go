@@ -97,6 +97,8 @@ type group struct {
 	matches []index.Match
 	at      []int32 // by source slot: 1 + the position of its match, 0 for none
 	cands   []schedule.Candidate
+	// hit lists the ranks whose own source matched.
+	hit []tie
 }
 
 // match returns the match of the source in slot, if it matched.
@@ -113,7 +115,7 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 		g = &group{}
 	}
 	g.bs, g.ix, g.local = bs, r.set.Index(model, bs), kvhash.LocalHashes(tokens, bs, seed)
-	g.matches, g.cands = g.matches[:0], g.cands[:0]
+	g.matches, g.cands, g.hit = g.matches[:0], g.cands[:0], g.hit[:0]
 	if cap(g.at) < len(r.slotSrc) {
 		g.at = make([]int32, len(r.slotSrc))
 	}
@@ -122,33 +124,29 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 	if g.ix != nil && len(g.local) > 0 {
 		g.matches = g.ix.AppendMatch(g.matches, g.local, index.MatchOptions{Chains: true})
 		for i := range g.matches {
-			if slot := r.slotOf(&g.matches[i].Source); slot >= 0 {
-				g.at[slot] = int32(i + 1)
+			// Sources are found through the string-keyed tables, cheaper
+			// than hashing whole Sources; the ranks concerned are noted
+			// on the way.
+			src := &g.matches[i].Source
+			if src.Owner != "" {
+				if o := r.owners[src.Owner]; o != nil {
+					g.at[o.slot] = int32(i + 1)
+				}
+			} else if e := r.workers[src.Worker]; e != nil && e.w.HasRank(src.Rank) {
+				k := src.Rank - e.w.DPStart
+				g.at[e.ranks[k].slot] = int32(i + 1)
+				g.hit = append(g.hit, tie{e, k})
 			}
 		}
 	}
 	return g
 }
 
-// slotOf finds a source's slot through the string-keyed tables, cheaper
-// than hashing and comparing whole Sources. -1: unknown.
-func (r *Router) slotOf(src *index.Source) int32 {
-	if src.Owner != "" {
-		if o := r.owners[src.Owner]; o != nil {
-			return o.slot
-		}
-		return -1
-	}
-	if e := r.workers[src.Worker]; e != nil && e.w.HasRank(src.Rank) {
-		return e.ranks[src.Rank-e.w.DPStart].slot
-	}
-	return -1
-}
-
 func (r *Router) release(groups []*group) {
 	for _, g := range groups {
 		// Drop what would keep chains and hashes alive.
 		clear(g.matches)
+		clear(g.hit)
 		g.ix, g.local = nil, nil
 		r.scratch.Put(g)
 	}
@@ -166,6 +164,10 @@ type loads struct {
 	scored   []schedule.Scored
 	of       []*group // by scored candidate, with several block sizes
 	ties     []tie
+	hit      []tie    // the ranks with work in flight
+	owned    []tie    // the ranks naming a cache owner that matched
+	mark     []uint32 // by rank slot: gen when the rank was priced
+	gen      uint32
 }
 
 type rankLoad struct {
@@ -188,9 +190,10 @@ func (r *Router) readLoads() *loads {
 	})
 	for _, f := range l.inflight {
 		if e := r.workers[f.rank.Worker]; e != nil && e.w.HasRank(f.rank.DP) {
-			slot := e.ranks[f.rank.DP-e.w.DPStart].slot
-			l.by[slot] = f.load
-			l.set = append(l.set, slot)
+			k := f.rank.DP - e.w.DPStart
+			l.by[e.ranks[k].slot] = f.load
+			l.set = append(l.set, e.ranks[k].slot)
+			l.hit = append(l.hit, tie{e, k})
 		}
 	}
 	return l
@@ -203,7 +206,9 @@ func (r *Router) releaseLoads(l *loads) {
 	l.set, l.inflight = l.set[:0], l.inflight[:0]
 	clear(l.of) // keeps no group or entry alive
 	clear(l.ties)
-	l.of, l.ties = l.of[:0], l.ties[:0]
+	clear(l.hit)
+	clear(l.owned)
+	l.of, l.ties, l.hit, l.owned = l.of[:0], l.ties[:0], l.hit[:0], l.owned[:0]
 	r.loads.Put(l)
 }
 
@@ -235,13 +240,14 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	included := func(e *entry) bool {
 		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID)
 	}
-	bs, mixed := 0, false
+	bs, mixed, ranks := 0, false, 0
 	for _, e := range ents {
 		if included(e) {
 			if bs == 0 {
 				bs = e.w.BlockSize
 			}
 			mixed = mixed || e.w.BlockSize != bs
+			ranks += e.w.DPSize
 		}
 	}
 	if bs == 0 {
@@ -255,7 +261,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	var scored []schedule.Scored
 	if !mixed && !req.Explain && r.picker.Routing == schedule.RoutingKV && r.picker.Temperature == 0 {
 		g = groupOf(bs)
-		e, i := r.cheapest(g, ents, included, ld, req)
+		e, i := r.cheapest(g, ents, ranks, included, ld, req)
 		t = r.cfg.Weights.Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
 	} else {
 		for _, e := range ents {
@@ -331,7 +337,10 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 // re-reading candidates only to keep one. It prices each rank as it goes
 // and keeps the cheapest, with the same ties (smaller tree, then the
 // content-seeded draw) in the same order as the full list would have.
-func (r *Router) cheapest(g *group, ents []*entry, included func(*entry) bool, ld *loads, req Request) (*entry, int) {
+func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*entry) bool, ld *loads, req Request) (*entry, int) {
+	if e, i, ok := r.cheapestWarm(g, ranks, included, ld, req); ok {
+		return e, i
+	}
 	ties := ld.ties[:0]
 	var lo float64
 	bestTree := 0
@@ -362,6 +371,78 @@ func (r *Router) cheapest(g *group, ents []*entry, included func(*entry) bool, l
 		pick = ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(ties))]
 	}
 	return pick.e, pick.i
+}
+
+// cheapestWarm is cheapest when a rank that holds some of the prompt or has
+// work in flight (a warm rank) is strictly cheaper than a cold one: every
+// cold rank costs the same, so the choice is among the warm ranks alone and
+// a decision over a thousand ranks prices a few dozen. ok is false when a
+// cold rank could be among the cheapest (or engines report load, which
+// warms every rank): then all must be priced in order.
+func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, ld *loads, req Request) (*entry, int, bool) {
+	if len(r.engine) > 0 || 2*(len(g.matches)+len(ld.hit)) > ranks {
+		// Most ranks are warm: walking them all in order is cheaper.
+		return nil, 0, false
+	}
+	w := &r.cfg.Weights
+	cold := w.Cost(len(g.local), g.bs, &schedule.Candidate{})
+	if len(ld.mark) < len(r.slotSrc) {
+		ld.mark = make([]uint32, len(r.slotSrc))
+	}
+	if ld.gen++; ld.gen == 0 { // wrapped: old marks could look current
+		clear(ld.mark)
+		ld.gen = 1
+	}
+	filtered := req.Target != "" || len(req.Exclude) > 0
+	ties := ld.ties[:0]
+	var lo float64
+	bestTree := 0
+	var c schedule.Candidate
+	// Ranks are warm through their own source's match, the match of the
+	// cache owner they name, or their load.
+	owned := ld.owned[:0]
+	for i := range g.matches {
+		if o := g.matches[i].Source.Owner; o != "" {
+			owned = append(owned, r.ownerRanks[o]...)
+		}
+	}
+	ld.owned = owned
+	for _, hits := range [3][]tie{g.hit, owned, ld.hit} {
+		for _, h := range hits {
+			slot := h.e.ranks[h.i].slot
+			if ld.mark[slot] == ld.gen || (filtered && !included(h.e)) {
+				continue
+			}
+			ld.mark[slot] = ld.gen
+			r.fill(&c, g, h.e, h.i, ld)
+			cost := w.Cost(len(g.local), g.bs, &c)
+			switch {
+			case len(ties) == 0 || cost < lo:
+				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], h)
+			case cost != lo || c.TreeSize > bestTree:
+			case c.TreeSize < bestTree:
+				bestTree, ties = c.TreeSize, append(ties[:0], h)
+			default:
+				ties = append(ties, h)
+			}
+		}
+	}
+	ld.ties = ties
+	if len(ties) == 0 || lo >= cold {
+		return nil, 0, false
+	}
+	pick := ties[0]
+	if len(ties) > 1 {
+		// Tied ranks in the order the full list has them, for the draw.
+		slices.SortFunc(ties, func(a, b tie) int {
+			if a.e != b.e {
+				return a.e.pos - b.e.pos
+			}
+			return a.i - b.i
+		})
+		pick = ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(ties))]
+	}
+	return pick.e, pick.i, true
 }
 
 // tie is a rank among the cheapest so far.

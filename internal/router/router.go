@@ -68,6 +68,9 @@ type Router struct {
 	// a rank's match by array index rather than by hashing its Source.
 	slots   map[index.Source]int32
 	slotSrc []index.Source // by slot; zero when free
+	// ownerRanks lists the ranks naming each cache owner as their own, so
+	// that a decision finds the ranks an owner's match concerns.
+	ownerRanks map[string][]tie
 	tree    []int32        // by slot: blocks held, from RefreshSizes
 	free    []int32
 	scratch sync.Pool // *group
@@ -79,6 +82,7 @@ type Router struct {
 
 type entry struct {
 	w   Worker
+	pos int // among its model's entries, sorted by id
 	gen uint64 // the sink allowed to feed the worker's sources
 	// ranks are the worker's ranks, by rank - DPStart.
 	ranks []rankRef
@@ -134,6 +138,8 @@ func New(cfg Config) (*Router, error) {
 		sizes:    map[index.Source]Blocks{},
 		approx:   map[index.Source]map[uint64]time.Time{},
 		slots:    map[index.Source]int32{},
+
+		ownerRanks: map[string][]tie{},
 	}, nil
 }
 
@@ -235,11 +241,13 @@ func (r *Router) apply(e *entry, w Worker, existed bool, now time.Time) error {
 		*o = owner{worker: w.ID, rank: rank, origin: w.Origin, slot: r.slots[src]}
 	}
 	e.w = w
+	r.unlinkOwners(e)
 	e.ranks = make([]rankRef, w.DPSize)
 	for i := range w.DPSize {
 		e.ranks[i] = rankRef{slot: r.slots[index.WorkerRank(w.ID, w.DPStart+i)], ownerSlot: -1}
 		if id, ok := w.Owners[w.DPStart+i]; ok {
 			e.ranks[i].ownerSlot, e.ranks[i].owner = r.slots[index.CacheOwner(id)], id
+			r.ownerRanks[id] = append(r.ownerRanks[id], tie{e, i})
 		}
 	}
 	return nil
@@ -268,6 +276,7 @@ func (r *Router) removeLocked(id string, now time.Time) {
 			r.detach(oid, o, &e.w, now)
 		}
 	}
+	r.unlinkOwners(e)
 	delete(r.workers, id)
 	r.load.Forget(id)
 	r.indexModels()
@@ -394,6 +403,24 @@ func (r *Router) indexModels() {
 			}
 			return 0
 		})
+		for i, e := range es {
+			e.pos = i
+		}
+	}
+}
+
+// unlinkOwners takes e's ranks out of ownerRanks. Callers hold mu.
+func (r *Router) unlinkOwners(e *entry) {
+	for i, ref := range e.ranks {
+		if ref.ownerSlot < 0 {
+			continue // names no owner
+		}
+		ranks := slices.DeleteFunc(r.ownerRanks[ref.owner], func(t tie) bool { return t == tie{e, i} })
+		if len(ranks) == 0 {
+			delete(r.ownerRanks, ref.owner)
+		} else {
+			r.ownerRanks[ref.owner] = ranks
+		}
 	}
 }
 
