@@ -71,10 +71,10 @@ type Router struct {
 	// ownerRanks lists the ranks naming each cache owner as their own, so
 	// that a decision finds the ranks an owner's match concerns.
 	ownerRanks map[string][]tie
-	tree    []int32        // by slot: blocks held, from RefreshSizes
-	free    []int32
-	scratch sync.Pool // *group
-	loads   sync.Pool // *loads
+	tree       []int32 // by slot: blocks held, from RefreshSizes
+	free       []int32
+	scratch    sync.Pool // *group
+	loads      sync.Pool // *loads
 
 	amu    sync.Mutex // approximate inventory; taken without mu held
 	approx map[index.Source]map[uint64]time.Time
@@ -82,7 +82,7 @@ type Router struct {
 
 type entry struct {
 	w   Worker
-	pos int // among its model's entries, sorted by id
+	pos int    // among its model's entries, sorted by id
 	gen uint64 // the sink allowed to feed the worker's sources
 	// ranks are the worker's ranks, by rank - DPStart.
 	ranks []rankRef
