@@ -1,0 +1,188 @@
+package router
+
+import (
+	"math/rand/v2"
+	"slices"
+
+	"kvrouter/internal/schedule"
+)
+
+// loads is a decision's working memory, pooled: the in-flight load of every
+// rank by slot, read from the tracker in one go (a lock and a map lookup
+// per rank cost more than the rest of a decision over a thousand ranks;
+// by starts and ends all zero), and the priced candidates. Nothing in a
+// Decision points into it.
+type loads struct {
+	by       []schedule.RankLoad // by slot
+	set      []int32             // slots set in by
+	inflight []rankLoad
+	scored   []schedule.Scored
+	of       []*group // by scored candidate, with several block sizes
+	ties     []tie
+	hit      []tie    // the ranks with work in flight
+	owned    []tie    // the ranks naming a cache owner that matched
+	mark     []uint32 // by rank slot: gen when the rank was priced
+	gen      uint32
+}
+
+type rankLoad struct {
+	rank schedule.Rank
+	load schedule.RankLoad
+}
+
+// readLoads fills a loads from the tracker. Callers hold mu.
+func (r *Router) readLoads() *loads {
+	l, _ := r.loads.Get().(*loads)
+	if l == nil {
+		l = &loads{}
+	}
+	if len(l.by) < len(r.slotSrc) {
+		l.by = make([]schedule.RankLoad, len(r.slotSrc))
+	}
+	// Copied out first: the tracker's lock is not held over map lookups.
+	r.load.Each(func(k schedule.Rank, rl schedule.RankLoad) {
+		l.inflight = append(l.inflight, rankLoad{k, rl})
+	})
+	for _, f := range l.inflight {
+		if e := r.workers[f.rank.Worker]; e != nil && e.w.HasRank(f.rank.DP) {
+			k := f.rank.DP - e.w.DPStart
+			l.by[e.ranks[k].slot] = f.load
+			l.set = append(l.set, e.ranks[k].slot)
+			l.hit = append(l.hit, tie{e, k})
+		}
+	}
+	return l
+}
+
+func (r *Router) releaseLoads(l *loads) {
+	for _, slot := range l.set {
+		l.by[slot] = schedule.RankLoad{}
+	}
+	l.set, l.inflight = l.set[:0], l.inflight[:0]
+	clear(l.of) // keeps no group or entry alive
+	clear(l.ties)
+	clear(l.hit)
+	clear(l.owned)
+	l.of, l.ties, l.hit, l.owned = l.of[:0], l.ties[:0], l.hit[:0], l.owned[:0]
+	r.loads.Put(l)
+}
+
+// cheapest is schedule.Choose at temperature 0 over the ranks of the
+// included workers, all of g's block size, without materialising them: a
+// decision over a thousand ranks spent most of its time writing and
+// re-reading candidates only to keep one. It prices each rank as it goes
+// and keeps the cheapest, with the same ties (smaller tree, then the
+// content-seeded draw) in the same order as the full list would have.
+func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*entry) bool, ld *loads, req Request) (*entry, int) {
+	if e, i, ok := r.cheapestWarm(g, ranks, included, ld, req); ok {
+		return e, i
+	}
+	ties := ld.ties[:0]
+	var lo float64
+	bestTree := 0
+	filtered := req.Target != "" || len(req.Exclude) > 0
+	w := &r.cfg.Weights
+	var c schedule.Candidate
+	for _, e := range ents {
+		if filtered && !included(e) {
+			continue
+		}
+		for i := range e.w.DPSize {
+			r.fill(&c, g, e, i, ld)
+			cost := w.Cost(len(g.local), g.bs, &c)
+			switch {
+			case len(ties) == 0 || cost < lo:
+				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], tie{e, i})
+			case cost != lo || c.TreeSize > bestTree:
+			case c.TreeSize < bestTree:
+				bestTree, ties = c.TreeSize, append(ties[:0], tie{e, i})
+			default:
+				ties = append(ties, tie{e, i})
+			}
+		}
+	}
+	ld.ties = ties
+	pick := ties[0]
+	if len(ties) > 1 {
+		pick = ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(ties))]
+	}
+	return pick.e, pick.i
+}
+
+// cheapestWarm is cheapest when a rank that holds some of the prompt or has
+// work in flight (a warm rank) is strictly cheaper than a cold one: every
+// cold rank costs the same, so the choice is among the warm ranks alone and
+// a decision over a thousand ranks prices a few dozen. ok is false when a
+// cold rank could be among the cheapest (or engines report load, which
+// warms every rank): then all must be priced in order.
+func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, ld *loads, req Request) (*entry, int, bool) {
+	if len(r.engine) > 0 || 2*(len(g.matches)+len(ld.hit)) > ranks {
+		// Most ranks are warm: walking them all in order is cheaper.
+		return nil, 0, false
+	}
+	w := &r.cfg.Weights
+	cold := w.Cost(len(g.local), g.bs, &schedule.Candidate{})
+	if len(ld.mark) < len(r.slotSrc) {
+		ld.mark = make([]uint32, len(r.slotSrc))
+	}
+	if ld.gen++; ld.gen == 0 { // wrapped: old marks could look current
+		clear(ld.mark)
+		ld.gen = 1
+	}
+	filtered := req.Target != "" || len(req.Exclude) > 0
+	ties := ld.ties[:0]
+	var lo float64
+	bestTree := 0
+	var c schedule.Candidate
+	// Ranks are warm through their own source's match, the match of the
+	// cache owner they name, or their load.
+	owned := ld.owned[:0]
+	for i := range g.matches {
+		if o := g.matches[i].Source.Owner; o != "" {
+			owned = append(owned, r.ownerRanks[o]...)
+		}
+	}
+	ld.owned = owned
+	for _, hits := range [3][]tie{g.hit, owned, ld.hit} {
+		for _, h := range hits {
+			slot := h.e.ranks[h.i].slot
+			if ld.mark[slot] == ld.gen || (filtered && !included(h.e)) {
+				continue
+			}
+			ld.mark[slot] = ld.gen
+			r.fill(&c, g, h.e, h.i, ld)
+			cost := w.Cost(len(g.local), g.bs, &c)
+			switch {
+			case len(ties) == 0 || cost < lo:
+				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], h)
+			case cost != lo || c.TreeSize > bestTree:
+			case c.TreeSize < bestTree:
+				bestTree, ties = c.TreeSize, append(ties[:0], h)
+			default:
+				ties = append(ties, h)
+			}
+		}
+	}
+	ld.ties = ties
+	if len(ties) == 0 || lo >= cold {
+		return nil, 0, false
+	}
+	pick := ties[0]
+	if len(ties) > 1 {
+		// Tied ranks in the order the full list has them, for the draw.
+		slices.SortFunc(ties, func(a, b tie) int {
+			if a.e != b.e {
+				return a.e.pos - b.e.pos
+			}
+			return a.i - b.i
+		})
+		pick = ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(ties))]
+	}
+	return pick.e, pick.i, true
+}
+
+// tie is a rank among the cheapest so far.
+type tie struct {
+	e *entry
+	i int
+}
