@@ -195,15 +195,22 @@ func plainTokenIDs(raw []byte) (out []uint32, ok bool) {
 	for i < len(raw) {
 		start := i
 		var v uint64
-		for ; i < len(raw) && raw[i]-'0' <= 9; i++ {
-			if v = v*10 + uint64(raw[i]-'0'); v > math.MaxUint32 {
-				return nil, false
+		for ; i < len(raw); i++ {
+			d := raw[i] - '0'
+			if d > 9 {
+				break
 			}
+			v = v*10 + uint64(d)
 		}
-		if i == start {
+		// Ten digits cannot overflow v; more are too large anyway.
+		if i == start || i-start > 10 || v > math.MaxUint32 {
 			return nil, false
 		}
 		out = append(out, uint32(v))
+		if i < len(raw) && raw[i] == ',' && i+1 < len(raw) && raw[i+1]-'0' <= 9 {
+			i++ // the usual "1,2,3": no whitespace to skip
+			continue
+		}
 		if i = skipSpace(raw, i); i >= len(raw) {
 			return nil, false
 		}
