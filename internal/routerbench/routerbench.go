@@ -48,7 +48,7 @@ type Config struct {
 
 // DefaultConfig is the flag defaults.
 func DefaultConfig() Config {
-	return Config{Workers: 1000, DP: 2, Duration: 10 * time.Second, Warmup: 2 * time.Second, Concurrency: 32,
+	return Config{Workers: 1000, DP: 2, Duration: 10 * time.Second, Warmup: 2 * time.Second, Concurrency: 16,
 		PromptTokens: 1536, Seed: 1, Setup: 2 * time.Minute}
 }
 
