@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"kvrouter/internal/rawjson"
 )
 
 // Body edits keep everything the client wrote byte for byte (engines are
@@ -43,7 +44,7 @@ func checkObject(body []byte) error {
 	if !json.Valid(body) {
 		return fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
-	if body[skipSpace(body, 0)] != '{' {
+	if body[rawjson.SkipSpace(body, 0)] != '{' {
 		return fmt.Errorf("%w: want a JSON object", ErrBadRequest)
 	}
 	return nil
@@ -52,7 +53,7 @@ func checkObject(body []byte) error {
 // editMembers is setMember for several members on a body already known to
 // be a valid JSON object: large prompts make every validation pass count.
 func editMembers(body []byte, set ...member) []byte {
-	open := skipSpace(body, 0)
+	open := rawjson.SkipSpace(body, 0)
 	extra := 0
 	for _, m := range set {
 		extra += len(m.key) + len(m.value) + 8
@@ -60,12 +61,12 @@ func editMembers(body []byte, set ...member) []byte {
 	out := make([]byte, 0, len(body)+extra)
 	out = append(out, body[:open+1]...)
 	kept := 0
-	i := skipSpace(body, open+1)
+	i := rawjson.SkipSpace(body, open+1)
 	for body[i] != '}' {
-		start, end := i, skipString(body, i)
-		i = skipSpace(body, end)
-		i = skipSpace(body, i+1) // the colon
-		i = skipValue(body, i)
+		start, end := i, rawjson.SkipString(body, i)
+		i = rawjson.SkipSpace(body, end)
+		i = rawjson.SkipSpace(body, i+1) // the colon
+		i = rawjson.SkipValue(body, i)
 		if !setsKey(set, body[start:end]) {
 			if kept > 0 {
 				out = append(out, ',')
@@ -73,9 +74,9 @@ func editMembers(body []byte, set ...member) []byte {
 			out = append(out, body[start:i]...)
 			kept++
 		}
-		i = skipSpace(body, i)
+		i = rawjson.SkipSpace(body, i)
 		if body[i] == ',' {
-			i = skipSpace(body, i+1)
+			i = rawjson.SkipSpace(body, i+1)
 		}
 	}
 	for _, m := range set {
@@ -112,19 +113,19 @@ func topMember(body []byte, key string) ([]byte, bool) {
 	var v []byte
 	found := false
 	probe := []member{{key: key}}
-	i := skipSpace(body, skipSpace(body, 0)+1)
+	i := rawjson.SkipSpace(body, rawjson.SkipSpace(body, 0)+1)
 	for body[i] != '}' {
-		start, end := i, skipString(body, i)
-		i = skipSpace(body, end)
-		i = skipSpace(body, i+1)
+		start, end := i, rawjson.SkipString(body, i)
+		i = rawjson.SkipSpace(body, end)
+		i = rawjson.SkipSpace(body, i+1)
 		vs := i
-		i = skipValue(body, i)
+		i = rawjson.SkipValue(body, i)
 		if setsKey(probe, body[start:end]) {
 			v, found = body[vs:i], true
 		}
-		i = skipSpace(body, i)
+		i = rawjson.SkipSpace(body, i)
 		if body[i] == ',' {
-			i = skipSpace(body, i+1)
+			i = rawjson.SkipSpace(body, i+1)
 		}
 	}
 	return v, found
@@ -153,71 +154,4 @@ func withUsage(body []byte) ([]byte, error) {
 		return nil, err
 	}
 	return editMembers(body, member{keyStreamOptions, v}), nil
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the offset just past the string opening at b[i]; b is
-// valid JSON.
-func skipString(b []byte, i int) int {
-	// Most strings hold no escape: find the closing quote with vectorised
-	// searches rather than byte by byte (prompts are long).
-	if j := bytes.IndexByte(b[i+1:], '"'); j >= 0 && bytes.IndexByte(b[i+1:i+1+j], '\\') < 0 {
-		return i + 2 + j
-	}
-	for i++; ; i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-}
-
-// skipValue returns the offset just past the value starting at b[i]; b is
-// valid JSON.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		if b[i] == '[' {
-			// A list without strings or nested containers (token ids)
-			// ends at the first ']': found with vectorised searches.
-			if j := bytes.IndexByte(b[i:], ']'); j >= 0 {
-				in := b[i+1 : i+j]
-				if bytes.IndexByte(in, '"') < 0 && bytes.IndexByte(in, '[') < 0 && bytes.IndexByte(in, '{') < 0 {
-					return i + j + 1
-				}
-			}
-		}
-		depth := 0
-		for ; ; i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-	}
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
 }

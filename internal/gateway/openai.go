@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"kvrouter/internal/rawjson"
 	"math"
 	"unicode/utf8"
 
@@ -184,12 +185,12 @@ func decodeTokenIDs(raw json.RawMessage, field string) ([]uint32, error) {
 // list) to the decoder, whose errors name the offending id. The decoder
 // took a quarter of the router's CPU on id prompts.
 func plainTokenIDs(raw []byte) (out []uint32, ok bool) {
-	i := skipSpace(raw, 0)
+	i := rawjson.SkipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '[' {
 		return nil, false
 	}
 	out = make([]uint32, 0, bytes.Count(raw, []byte{','})+1)
-	if i = skipSpace(raw, i+1); i < len(raw) && raw[i] == ']' {
+	if i = rawjson.SkipSpace(raw, i+1); i < len(raw) && raw[i] == ']' {
 		return out, true
 	}
 	for i < len(raw) {
@@ -211,12 +212,12 @@ func plainTokenIDs(raw []byte) (out []uint32, ok bool) {
 			i++ // the usual "1,2,3": no whitespace to skip
 			continue
 		}
-		if i = skipSpace(raw, i); i >= len(raw) {
+		if i = rawjson.SkipSpace(raw, i); i >= len(raw) {
 			return nil, false
 		}
 		switch raw[i] {
 		case ',':
-			i = skipSpace(raw, i+1)
+			i = rawjson.SkipSpace(raw, i+1)
 		case ']':
 			return out, true
 		default:
@@ -285,24 +286,24 @@ func flatten(raw json.RawMessage) (string, error) {
 // their raw values without decoding them: a prompt is read once, not once
 // per level. Keys are unescaped; the last of repeated keys wins.
 func members(b []byte) (map[string]json.RawMessage, bool) {
-	i := skipSpace(b, 0)
+	i := rawjson.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
 	out := map[string]json.RawMessage{}
-	for i = skipSpace(b, i+1); b[i] != '}'; {
-		start, end := i, skipString(b, i)
+	for i = rawjson.SkipSpace(b, i+1); b[i] != '}'; {
+		start, end := i, rawjson.SkipString(b, i)
 		key := string(b[start+1 : end-1])
 		if bytes.IndexByte(b[start:end], '\\') >= 0 {
 			_ = json.Unmarshal(b[start:end], &key)
 		}
-		i = skipSpace(b, end)
-		i = skipSpace(b, i+1) // the colon
+		i = rawjson.SkipSpace(b, end)
+		i = rawjson.SkipSpace(b, i+1) // the colon
 		v := i
-		i = skipValue(b, i)
+		i = rawjson.SkipValue(b, i)
 		out[key] = b[v:i]
-		if i = skipSpace(b, i); b[i] == ',' {
-			i = skipSpace(b, i+1)
+		if i = rawjson.SkipSpace(b, i); b[i] == ',' {
+			i = rawjson.SkipSpace(b, i+1)
 		}
 	}
 	return out, true
@@ -311,29 +312,29 @@ func members(b []byte) (map[string]json.RawMessage, bool) {
 // firstElement returns the first value of a JSON array (part of a valid
 // document), nil for an empty one; ok is false for anything but an array.
 func firstElement(b []byte) (json.RawMessage, bool) {
-	i := skipSpace(b, 0)
+	i := rawjson.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return nil, false
 	}
-	if i = skipSpace(b, i+1); b[i] == ']' {
+	if i = rawjson.SkipSpace(b, i+1); b[i] == ']' {
 		return nil, true
 	}
-	return b[i:skipValue(b, i)], true
+	return b[i:rawjson.SkipValue(b, i)], true
 }
 
 // elements splits a JSON array (part of a valid document) into raw values.
 func elements(b []byte) ([]json.RawMessage, bool) {
-	i := skipSpace(b, 0)
+	i := rawjson.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return nil, false
 	}
 	var out []json.RawMessage
-	for i = skipSpace(b, i+1); b[i] != ']'; {
+	for i = rawjson.SkipSpace(b, i+1); b[i] != ']'; {
 		v := i
-		i = skipValue(b, i)
+		i = rawjson.SkipValue(b, i)
 		out = append(out, b[v:i])
-		if i = skipSpace(b, i); b[i] == ',' {
-			i = skipSpace(b, i+1)
+		if i = rawjson.SkipSpace(b, i); b[i] == ',' {
+			i = rawjson.SkipSpace(b, i+1)
 		}
 	}
 	return out, true

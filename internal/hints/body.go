@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"kvrouter/internal/rawjson"
 )
 
 // ErrBadBody marks a request body a hint cannot be placed in or stripped
@@ -99,10 +100,10 @@ type insert struct {
 }
 
 func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
-	if !valid(body) {
+	if !rawjson.Valid(body) {
 		return nil, false, fmt.Errorf("%w: not valid JSON", ErrBadBody)
 	}
-	open := skipSpace(body, 0)
+	open := rawjson.SkipSpace(body, 0)
 	if body[open] != '{' {
 		return nil, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
 	}
@@ -255,95 +256,30 @@ func writeObject(dst, obj []byte, ms []member, edits []edit, extra []byte) []byt
 // valid JSON. It returns them and the offset of the closing brace.
 func members(b []byte, open int) ([]member, int) {
 	var ms []member
-	i := skipSpace(b, open+1)
+	i := rawjson.SkipSpace(b, open+1)
 	if b[i] == '}' {
 		return nil, i
 	}
 	for {
 		start := i
-		end := skipString(b, i)
+		end := rawjson.SkipString(b, i)
 		key := string(b[i+1 : end-1])
 		if bytes.IndexByte(b[i:end], '\\') >= 0 {
 			// An escaped key must still match: a client could spell
 			// kv_hints as "kv\u005fhints" to smuggle a hint past Strip.
 			_ = json.Unmarshal(b[i:end], &key)
 		}
-		i = skipSpace(b, end)
-		i = skipSpace(b, i+1) // the colon
+		i = rawjson.SkipSpace(b, end)
+		i = rawjson.SkipSpace(b, i+1) // the colon
 		value := i
-		i = skipValue(b, i)
+		i = rawjson.SkipValue(b, i)
 		ms = append(ms, member{key: key, start: start, value: value, end: i})
-		i = skipSpace(b, i)
+		i = rawjson.SkipSpace(b, i)
 		if b[i] == '}' {
 			return ms, i
 		}
-		i = skipSpace(b, i+1) // the comma
+		i = rawjson.SkipSpace(b, i+1) // the comma
 	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the offset just past the string opening at b[i].
-func skipString(b []byte, i int) int {
-	// Most strings hold no escape: find the closing quote with vectorised
-	// searches rather than byte by byte (prompts are long).
-	if j := bytes.IndexByte(b[i+1:], '"'); j >= 0 && bytes.IndexByte(b[i+1:i+1+j], '\\') < 0 {
-		return i + 2 + j
-	}
-	for i++; ; i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-}
-
-// skipValue returns the offset just past the value starting at b[i].
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		if b[i] == '[' {
-			// A list without strings or nested containers (token ids)
-			// ends at the first ']': found with vectorised searches.
-			if j := bytes.IndexByte(b[i:], ']'); j >= 0 {
-				in := b[i+1 : i+j]
-				if bytes.IndexByte(in, '"') < 0 && bytes.IndexByte(in, '[') < 0 && bytes.IndexByte(in, '{') < 0 {
-					return i + j + 1
-				}
-			}
-		}
-		depth := 0
-		for ; ; i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-	}
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
 }
 
 // Extract finds the hint an engine would read in body: current placements
@@ -354,7 +290,7 @@ func Extract(body []byte) (raw []byte, p Placement, found bool, err error) {
 	if !json.Valid(body) {
 		return nil, 0, false, fmt.Errorf("%w: not valid JSON", ErrBadBody)
 	}
-	open := skipSpace(body, 0)
+	open := rawjson.SkipSpace(body, 0)
 	if body[open] != '{' {
 		return nil, 0, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
 	}

@@ -3,6 +3,7 @@ package hints
 import (
 	"bytes"
 	"encoding/json"
+	"kvrouter/internal/rawjson"
 )
 
 // Parse reads a hint as JSON: a kv.fetch envelope or the legacy flat form.
@@ -109,12 +110,12 @@ func rawObject(raw []byte) map[string]json.RawMessage {
 // elems returns the offsets of a valid JSON list's elements.
 func elems(l []byte) [][2]int {
 	var out [][2]int
-	for i := skipSpace(l, 1); l[i] != ']'; {
-		end := skipValue(l, i)
+	for i := rawjson.SkipSpace(l, 1); l[i] != ']'; {
+		end := rawjson.SkipValue(l, i)
 		out = append(out, [2]int{i, end})
-		i = skipSpace(l, end)
+		i = rawjson.SkipSpace(l, end)
 		if l[i] == ',' {
-			i = skipSpace(l, i+1)
+			i = rawjson.SkipSpace(l, i+1)
 		}
 	}
 	return out

@@ -1,20 +1,20 @@
-package hints
+package rawjson
 
 import "encoding/binary"
 
 // maxDepth is encoding/json's nesting limit, which valid keeps.
 const maxDepth = 10000
 
-// valid reports whether b is exactly one JSON value, as json.Valid does:
+// Valid reports whether b is exactly one JSON value, as json.Valid does:
 // the same grammar (strings are not checked for valid UTF-8 there either)
 // and the same nesting limit. Every request body is validated, and
 // json.Valid's general-purpose scanner, a function call per byte, took a
 // tenth of the router's CPU; this one runs tight loops over strings and
 // numbers.
-func valid(b []byte) bool {
+func Valid(b []byte) bool {
 	var buf [64]byte
 	stack := buf[:0] // the open containers: '{' or '['
-	i := skipSpace(b, 0)
+	i := SkipSpace(b, 0)
 	for {
 		// A value starts at i.
 		if i >= len(b) {
@@ -26,7 +26,7 @@ func valid(b []byte) bool {
 				return false
 			}
 			stack = append(stack, c)
-			if i = skipSpace(b, i+1); i < len(b) && b[i] == c+2 { // '}' or ']'
+			if i = SkipSpace(b, i+1); i < len(b) && b[i] == c+2 { // '}' or ']'
 				stack = stack[:len(stack)-1]
 				i++
 				break
@@ -55,7 +55,7 @@ func valid(b []byte) bool {
 		}
 		// After a value: a comma and the next, or closing brackets.
 		for {
-			i = skipSpace(b, i)
+			i = SkipSpace(b, i)
 			if len(stack) == 0 {
 				return i == len(b)
 			}
@@ -82,7 +82,7 @@ func valid(b []byte) bool {
 					i = j
 				}
 			}
-			i = skipSpace(b, i+1)
+			i = SkipSpace(b, i+1)
 			if top == '{' {
 				if i = scanKey(b, i); i < 0 {
 					return false
@@ -102,10 +102,10 @@ func scanKey(b []byte, i int) int {
 	if i = scanString(b, i); i < 0 {
 		return -1
 	}
-	if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+	if i = SkipSpace(b, i); i >= len(b) || b[i] != ':' {
 		return -1
 	}
-	return skipSpace(b, i+1)
+	return SkipSpace(b, i+1)
 }
 
 // scanString returns the offset just past the string opening at b[i], or

@@ -1,0 +1,76 @@
+// Package rawjson owns scanning JSON text in place: finding where a value
+// ends without decoding it. The front door edits request bodies (strip a
+// client's hint, attach ours, read the prompt) without re-encoding them, so
+// numbers and formatting survive byte for byte; every function here takes
+// text that is already known to be valid JSON.
+package rawjson
+
+import "bytes"
+
+// SkipSpace returns the offset of the first non-space byte at or after i.
+func SkipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// SkipString returns the offset just past the string opening at b[i]; b is
+// valid JSON.
+func SkipString(b []byte, i int) int {
+	// Most strings hold no escape: find the closing quote with vectorised
+	// searches rather than byte by byte (prompts are long).
+	if j := bytes.IndexByte(b[i+1:], '"'); j >= 0 && bytes.IndexByte(b[i+1:i+1+j], '\\') < 0 {
+		return i + 2 + j
+	}
+	for i++; ; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+}
+
+// SkipValue returns the offset just past the value starting at b[i]; b is
+// valid JSON.
+func SkipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return SkipString(b, i)
+	case '{', '[':
+		if b[i] == '[' {
+			// A list without strings or nested containers (token ids)
+			// ends at the first ']': found with vectorised searches.
+			if j := bytes.IndexByte(b[i:], ']'); j >= 0 {
+				in := b[i+1 : i+j]
+				if bytes.IndexByte(in, '"') < 0 && bytes.IndexByte(in, '[') < 0 && bytes.IndexByte(in, '{') < 0 {
+					return i + j + 1
+				}
+			}
+		}
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = SkipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
