@@ -120,6 +120,10 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, ca
 	if err := awaitEmpty(ctx, r.URL, c.Engines()); err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
+	pulls0, failed0, err := pullTotals(ctx, c.Engines())
+	if err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
 	fmt.Fprintf(o.Err, "%s: sending %d requests through %s\n", p.Name, len(reqs), r.URL)
 	d := loadgen.Driver{BaseURL: r.URL, Model: cluster.Model, IgnoreEOS: true}
 	bar := loadgen.Progress(prefixCR{o.Err, p.Name + " "}, len(reqs), o.TTY, nil)
@@ -137,12 +141,21 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, ca
 		return loadgen.NamedSummary{}, PolicyRun{}, fmt.Errorf("router metrics: %w", err)
 	}
 	h := readHints(samples)
+	pulls1, failed1, err := pullTotals(ctx, c.Engines())
+	if err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
+	pr := PolicyRun{Flags: flags, WallMS: ms(out.Wall), HintReasons: h.reasons, FirstError: firstError(out),
+		Pulls: int(pulls1.count - pulls0.count), PullsFailed: int(failed1 - failed0)}
+	if pr.Pulls > 0 {
+		pr.PullMSMean = (pulls1.seconds - pulls0.seconds) * 1e3 / float64(pr.Pulls)
+	}
 	stopped = true
 	if err := c.StopRouter(r); err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
 	run := loadgen.NamedSummary{Name: p.Name, Summary: out.Summary(), HintsIssued: h.issued, HintsSkipped: h.skipped}
-	return run, PolicyRun{Flags: flags, WallMS: ms(out.Wall), HintReasons: h.reasons, FirstError: firstError(out)}, nil
+	return run, pr, nil
 }
 
 func firstError(r loadgen.Results) string {

@@ -147,6 +147,13 @@ func TestTinyRun(t *testing.T) {
 	if got := string(report.Policies["kv"]["hints_issued"]); got != "0" || kv.HintReasons["disabled"] != int64(len(want)) {
 		t.Fatalf("kv: hints issued %s, reasons %v", got, kv.HintReasons)
 	}
+	if kv.Pulls != 0 {
+		t.Fatalf("kv: %d peer pulls without a hint", kv.Pulls)
+	}
+	kvh := report.Config.Policies["kv_hints"]
+	if issued, _ := strconv.Atoi(string(report.Policies["kv_hints"]["hints_issued"])); kvh.Pulls > issued || kvh.PullsFailed > kvh.Pulls {
+		t.Fatalf("kv_hints: %d pulls (%d failed) for %d hints", kvh.Pulls, kvh.PullsFailed, issued)
+	}
 	if !slices.Contains(report.Config.Policies["kv_hints"].Flags, "cost") {
 		t.Fatalf("kv_hints flags %q", report.Config.Policies["kv_hints"].Flags)
 	}

@@ -97,7 +97,8 @@ type Options struct {
 
 // Full is the preset of a full run: four engines with 64-token blocks of
 // 1 MiB (16 KiB per token), GPU pools of 384 blocks (24k tokens, a few
-// long conversations) in front of runners of 2048 blocks, in real time.
+// long conversations: caches matter) in front of runners of 2048 blocks,
+// in real time: at most 9.5 GiB of simulated KV in all.
 func Full() Options {
 	return Options{
 		Engines: 4, BlockSize: 64, KVBytesPerToken: 16 << 10,
@@ -121,7 +122,7 @@ func Quick() Options {
 	o.Speedup = 2
 	o.ProbeRepeats = 1
 	o.Agentic = quickAgentic()
-	o.MaxRequests = 80
+	o.MaxRequests = 100
 	o.TimeScale = 2
 	return o
 }
@@ -141,12 +142,14 @@ func fullAgentic() workload.AgenticConfig {
 	}
 }
 
-// quickAgentic is fullAgentic's shape with fewer, shorter sessions, on
-// a timeline halved like the engines' time.
+// quickAgentic is fullAgentic's shape with fewer, shorter sessions
+// arriving denser, on a timeline compressed like the engines' time: 32
+// sessions of four turns, three background sessions a second and a burst
+// every two seconds.
 func quickAgentic() workload.AgenticConfig {
 	w := fullAgentic()
-	w.Sessions, w.Turns = 24, 4
-	w.ThinkTime, w.BurstInterval, w.ArrivalRate = time.Second, 2500*time.Millisecond, 2
+	w.Sessions, w.Turns = 32, 4
+	w.ThinkTime, w.BurstInterval, w.ArrivalRate = time.Second, 2*time.Second, 3
 	return w
 }
 

@@ -65,7 +65,12 @@ type PolicyRun struct {
 	// HintReasons counts the router's hint decisions by reason ("hinted"
 	// for those issued).
 	HintReasons map[string]int64 `json:"hint_reasons"`
-	FirstError  string           `json:"first_error,omitempty"`
+	// Pulls are the engines' peer pulls during the run, their mean wall
+	// time, and those that brought fewer blocks than hinted.
+	Pulls       int     `json:"pulls"`
+	PullMSMean  float64 `json:"pull_ms_mean"`
+	PullsFailed int     `json:"pulls_failed"`
+	FirstError  string  `json:"first_error,omitempty"`
 }
 
 // agenticJSON is the agentic workload's shape as reported.
@@ -208,6 +213,12 @@ func writeTable(w io.Writer, r *Result) error {
 	b.WriteByte('\n')
 	if err := loadgen.WriteRatios(&b, r.runs, Reference); err != nil {
 		return err
+	}
+	for _, name := range c.Order {
+		if p := c.Policies[name]; p.Pulls > 0 {
+			fmt.Fprintf(&b, "%s: %d peer pulls, %.1f ms each on average, %d brought fewer blocks than hinted\n",
+				name, p.Pulls, p.PullMSMean, p.PullsFailed)
+		}
 	}
 	fmt.Fprintf(&b, "\n%s\n", c.Calibration.summary())
 	if c.Calibration.MeasuredPrefillTokensPerS > 0 {

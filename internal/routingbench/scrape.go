@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"kvrouter/internal/cluster"
 )
 
 // Wire names this benchmark reads from the router and the engines.
@@ -178,9 +180,31 @@ func readPulls(samples []sample) pullStats {
 	}
 }
 
+// pullFailures are the hinted requests whose pull brought only part of the
+// hinted blocks, or none (the rest was recomputed).
+func pullFailures(samples []sample) float64 {
+	return sum(samples, metricHintOutcome, map[string]string{"outcome": "partial"}) +
+		sum(samples, metricHintOutcome, map[string]string{"outcome": "failed"})
+}
+
 // busy is an engine's requests running or waiting.
 func busy(samples []sample) float64 {
 	return sum(samples, metricRunning, nil) + sum(samples, metricWaiting, nil)
+}
+
+// pullTotals adds up every engine's pulls and failed pulls.
+func pullTotals(ctx context.Context, engines []cluster.Engine) (p pullStats, failed float64, err error) {
+	for _, e := range engines {
+		s, err := scrape(ctx, e.URL)
+		if err != nil {
+			return pullStats{}, 0, fmt.Errorf("engine %s metrics: %w", e.ID, err)
+		}
+		ps := readPulls(s)
+		p.count += ps.count
+		p.seconds += ps.seconds
+		failed += pullFailures(s)
+	}
+	return p, failed, nil
 }
 
 func scrape(ctx context.Context, base string) ([]sample, error) {

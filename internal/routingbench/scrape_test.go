@@ -33,6 +33,9 @@ kvrouter_mocker_requests_running{dp_rank="1"} 1
 kvrouter_mocker_requests_waiting{dp_rank="0"} 4
 kvrouter_mocker_requests_waiting{dp_rank="1"} 0
 kvrouter_mocker_hint_outcomes_total{outcome="restored"} 3
+kvrouter_mocker_hint_outcomes_total{outcome="partial"} 1
+kvrouter_mocker_hint_outcomes_total{outcome="failed"} 2
+kvrouter_mocker_hint_outcomes_total{outcome="local"} 4
 `
 
 func TestParseMetrics(t *testing.T) {
@@ -70,6 +73,9 @@ func TestReadEngineMetrics(t *testing.T) {
 	p := readPulls(s)
 	if p.count != 3 || p.seconds != 0.0421 {
 		t.Fatalf("pulls %+v, want 3 in 0.0421 s", p)
+	}
+	if f := pullFailures(s); f != 3 {
+		t.Fatalf("pull failures %v, want 3 (partial and failed)", f)
 	}
 	if b := busy(s); b != 7 {
 		t.Fatalf("busy %v, want 7 (running and waiting on both ranks)", b)
