@@ -59,8 +59,18 @@ time; a line through the medians gives --hint-setup-ms (intercept) and the
 transfer rate (slope). The engine's restore of a pulled token
 (--restore-us-per-token / --speedup) is folded into --hint-bandwidth-gbps, the
 policy having no term of its own for it. The resulting crossover (the extra
-prefix length beyond which a pull wins) is printed. --hint-bandwidth-gbps skips
-the measurement.
+prefix length beyond which a pull wins) is printed, with the recompute rate the
+probes saw (the mocker's real CPU work per block comes on top of the simulated
+cost) as a check. --hint-bandwidth-gbps skips the measurement.
+
+For example, with the defaults (64-token blocks of 1 MiB, 75 µs per token) and
+pulls measured at 9 Gbit/s with 0.5 ms of setup on a 2-core VM, a token costs
+14.6 µs to pull plus 5 µs to restore, against 75 µs to recompute: the
+crossover is about 9 tokens, and a prefix long enough to hint is worth
+pulling. Loopback pulls have next to no fixed cost, so a crossover of
+thousands of tokens would take a recompute dearer than a pull by a fraction
+of a microsecond per token (about --speedup 4.7 here), where a small drop in
+bandwidth under load turns every hint into a loss.
 
 Presets (a flag left at 0 takes them): full %d sessions x %d turns, bursts of
 %d every %v; --quick %d x %d, bursts every %v, the trace cut to %d requests at
@@ -68,8 +78,9 @@ Presets (a flag left at 0 takes them): full %d sessions x %d turns, bursts of
 
 Reports per policy: TTFT p50/p90/p99, e2e p50, output tokens/s, the share of
 prompt tokens found in the worker's own cache and pulled from a peer, tokens
-recomputed, hints issued and skipped (the router's /metrics), errors; then
-kv_hints' TTFT p90 against every other policy's. --json prints
+recomputed, hints issued and skipped (the router's /metrics; a hint-less
+policy skips every request), errors; then kv_hints' TTFT p90 against every
+other policy's. --json prints
 {"workload", "policies", "ratios", "config"}. --plot writes the TTFT CDF of
 every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 			fw.Sessions, fw.Turns, fw.BurstSize, fw.BurstInterval, qw.Sessions, qw.Turns, qw.BurstInterval,
@@ -107,8 +118,8 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 	f.StringVar(&o.Trace, "trace", "", "Mooncake JSONL trace for --workload mooncake; empty replays the embedded small trace")
 	f.BoolVar(&o.Quick, "quick", false, "scaled-down presets that finish in under a minute")
 	f.StringSliceVar(&o.Policies, "policies", nil, "comma-separated policies to run (default all: round_robin,random,least_loaded,kv,kv_hints)")
-	f.BoolVar(&o.JSON, "json", false, "print the report as JSON")
-	f.StringVar(&o.Plot, "plot", "bench-routing-ttft.svg", "write the TTFT CDF per policy as SVG here (default in the current directory); empty writes none")
+	f.BoolVar(&o.JSON, "json", false, "print the report as JSON on stdout (the table then goes to stderr)")
+	f.StringVar(&o.Plot, "plot", "bench-routing-ttft.svg", "write the TTFT CDF per policy as SVG to this file (relative to the current directory); empty writes none")
 	f.IntVar(&o.Engines, "engines", full.Engines, "simulated engines, each with its runner and state agent")
 	f.IntVar(&o.BlockSize, "block-size", full.BlockSize, "tokens per KV block")
 	f.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", full.KVBytesPerToken, "bytes of KV per token, engines and router alike (a block is this × --block-size)")
@@ -131,7 +142,7 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 	f.IntVar(&burst, "burst", 0, fmt.Sprintf("agentic: sessions starting together on one system prompt; 0 takes the preset (%d)", fw.BurstSize))
 	f.DurationVar(&burstEvery, "burst-interval", 0, fmt.Sprintf("agentic: time between bursts; 0 takes the preset (%v, --quick %v)", fw.BurstInterval, qw.BurstInterval))
 	f.DurationVar(&think, "think", 0, fmt.Sprintf("agentic: mean time between a session's turns; 0 takes the preset (%v, --quick %v)", fw.ThinkTime, qw.ThinkTime))
-	f.Float64Var(&rate, "rate", 0, fmt.Sprintf("agentic: background sessions started per second; 0 takes the preset (%g)", fw.ArrivalRate))
+	f.Float64Var(&rate, "rate", 0, fmt.Sprintf("agentic: background sessions started per second; 0 takes the preset (%g, --quick %g)", fw.ArrivalRate, qw.ArrivalRate))
 	f.Uint64Var(&seed, "seed", 0, fmt.Sprintf("agentic: workload seed; 0 takes the preset (%d)", fw.Seed))
 	f.Float64Var(&o.TimeScale, "time-scale", 0, fmt.Sprintf("mooncake: replay this many times faster; 0 takes the preset (%g, --quick %g)", full.TimeScale, quick.TimeScale))
 	f.IntVar(&o.MaxRequests, "max-requests", 0, fmt.Sprintf("mooncake: replay the first this many requests; 0 takes the preset (all, --quick %d)", quick.MaxRequests))

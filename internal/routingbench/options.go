@@ -82,7 +82,8 @@ type Options struct {
 	// LogDir keeps every process's log; empty uses a temporary directory,
 	// removed after a clean run.
 	LogDir string
-	JSON   bool
+	// JSON writes the report as JSON on Out, and the table on Err.
+	JSON bool
 	// Plot is where the TTFT CDF SVG goes; empty writes none.
 	Plot string
 	// Records, when set, is a directory that receives every request's

@@ -168,19 +168,23 @@ func (c Calibration) crossover() string {
 	return fmt.Sprintf("%.0f tokens (%.1f blocks)", *c.CrossoverTokens, *c.CrossoverTokens/float64(c.BlockSize))
 }
 
-// print writes the report (JSON or a table) and the plot.
+// print writes the plot and the report: the table, or with JSON the JSON
+// and the table on the progress stream, so that one run gives both.
 func (o *Options) print(r *Result) error {
 	if o.Plot != "" {
 		if err := writePlot(o.Plot, r.runs); err != nil {
 			return err
 		}
 	}
-	if o.JSON {
-		enc := json.NewEncoder(o.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+	if !o.JSON {
+		return writeTable(o.Out, r)
 	}
-	return writeTable(o.Out, r)
+	if err := writeTable(o.Err, r); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(o.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }
 
 func writePlot(path string, runs []loadgen.NamedSummary) error {
