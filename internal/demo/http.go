@@ -4,9 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
+	"kvrouter/internal/cluster"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 // Wire names of the router and the engines the demo reads.
 const (
-	headerTarget  = "x-kvrouter-target"
 	headerWorker  = "x-kvrouter-worker"
 	pathComplete  = "/v1/completions"
 	pathRoute     = "/debug/route"
@@ -52,62 +50,6 @@ func (c completion) text() string {
 		return ""
 	}
 	return c.Choices[0].Text
-}
-
-// postJSON posts body (marshalled) to url with the target header when
-// target is set, and decodes a 200 answer into out.
-func postJSON(ctx context.Context, url, target string, body, out any) (http.Header, error) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if target != "" {
-		req.Header.Set(headerTarget, target)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.Header, fmt.Errorf("POST %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return resp.Header, fmt.Errorf("POST %s: %s: %s", url, resp.Status, bytes.TrimSpace(data))
-	}
-	if out == nil {
-		return resp.Header, nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return resp.Header, fmt.Errorf("POST %s: answer: %w", url, err)
-	}
-	return resp.Header, nil
-}
-
-func get(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return data, nil
 }
 
 // counterSum adds up every sample of a counter in a Prometheus text
@@ -163,7 +105,7 @@ func hasLabel(labels, name, value string) bool {
 
 // hintCounts reads the router's hints issued and skipped.
 func hintCounts(ctx context.Context, routerURL string) (issued, skipped int64, err error) {
-	text, err := get(ctx, routerURL+pathMetrics)
+	text, err := cluster.Get(ctx, routerURL+pathMetrics)
 	if err != nil {
 		return 0, 0, err
 	}

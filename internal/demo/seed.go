@@ -217,7 +217,7 @@ func (r *seedRun) run(ctx context.Context) {
 func (r *seedRun) send(ctx context.Context, name, target string, check func(completion) bool) (completion, bool) {
 	t := time.Now()
 	var c completion
-	h, err := postJSON(ctx, r.router+pathComplete, target, r.body, &c)
+	h, err := cluster.PostJSON(ctx, r.router+pathComplete, target, r.body, &c)
 	if err != nil {
 		r.fail(name, t, err)
 		return c, false
@@ -233,7 +233,7 @@ func (r *seedRun) send(ctx context.Context, name, target string, check func(comp
 
 func (r *seedRun) route(ctx context.Context) (routeView, error) {
 	var v routeView
-	_, err := postJSON(ctx, r.router+pathRoute, "B", r.body, &v)
+	_, err := cluster.PostJSON(ctx, r.router+pathRoute, "B", r.body, &v)
 	return v, err
 }
 
@@ -279,8 +279,8 @@ func (r *seedRun) evict(ctx context.Context) bool {
 	t := time.Now()
 	body := map[string]any{"tier": "all", "tokens": r.prompt}
 	var a, b evicted
-	_, errA := postJSON(ctx, r.a.URL+pathEvict, "", body, &a)
-	_, errB := postJSON(ctx, r.b.URL+pathEvict, "", body, &b)
+	_, errA := cluster.PostJSON(ctx, r.a.URL+pathEvict, "", body, &a)
+	_, errB := cluster.PostJSON(ctx, r.b.URL+pathEvict, "", body, &b)
 	full := SeedPromptLen / SeedBlockSize
 	if errA != nil || errB != nil {
 		r.fail("evict_A_and_B", t, fmt.Errorf("A: %v; B: %v", errA, errB))

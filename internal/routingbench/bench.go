@@ -183,7 +183,7 @@ func resetEngines(ctx context.Context, engines []cluster.Engine) error {
 		if err != nil {
 			return err
 		}
-		if _, err := postJSON(ctx, e.URL+pathReset, "", nil, nil); err != nil {
+		if _, err := cluster.PostJSON(ctx, e.URL+pathReset, "", nil, nil); err != nil {
 			return fmt.Errorf("reset engine %s: %w", e.ID, err)
 		}
 	}
@@ -199,7 +199,7 @@ func awaitEmpty(ctx context.Context, router string, engines []cluster.Engine) er
 	}
 	return poll(ctx, resetWait, "router index empty after the reset", func() (bool, string, error) {
 		var v workersView
-		data, err := get(ctx, router+pathWorkers)
+		data, err := cluster.Get(ctx, router+pathWorkers)
 		if err == nil {
 			err = jsonUnmarshal(data, &v)
 		}

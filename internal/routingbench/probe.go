@@ -121,7 +121,7 @@ func (p *prober) one(ctx context.Context, n int) (Probe, error) {
 	pr := Probe{Blocks: n, PrefillMS: ms(time.Since(start))}
 	err := poll(ctx, probeWait, fmt.Sprintf("router hint of %d blocks from %s to %s", n, p.a.ID, p.b.ID), func() (bool, string, error) {
 		var v routeView
-		if _, err := postJSON(ctx, p.router+pathRoute, p.b.ID, body, &v); err != nil {
+		if _, err := cluster.PostJSON(ctx, p.router+pathRoute, p.b.ID, body, &v); err != nil {
 			return false, "", err
 		}
 		got := hintedBlocks(v.Hint)
@@ -155,7 +155,7 @@ func (p *prober) one(ctx context.Context, n int) (Probe, error) {
 }
 
 func (p *prober) send(ctx context.Context, target string, body any, out *completion) error {
-	h, err := postJSON(ctx, p.router+pathComplete, target, body, out)
+	h, err := cluster.PostJSON(ctx, p.router+pathComplete, target, body, out)
 	if err != nil {
 		return fmt.Errorf("probe request to %s: %w", target, err)
 	}

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,7 +20,6 @@ const (
 	pathRoute    = "/debug/route"
 	pathComplete = "/v1/completions"
 	pathReset    = "/admin/reset"
-	headerTarget = "x-kvrouter-target"
 	headerWorker = "x-kvrouter-worker"
 
 	metricHints       = "kvrouter_hints_total"
@@ -208,7 +205,7 @@ func pullTotals(ctx context.Context, engines []cluster.Engine) (p pullStats, fai
 }
 
 func scrape(ctx context.Context, base string) ([]sample, error) {
-	text, err := get(ctx, base+pathMetrics)
+	text, err := cluster.Get(ctx, base+pathMetrics)
 	if err != nil {
 		return nil, err
 	}
@@ -262,70 +259,6 @@ func (v workersView) indexed(ids []string) (blocks map[string]int, missing []str
 		}
 	}
 	return blocks, missing
-}
-
-func get(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	return do(req)
-}
-
-// postJSON posts body (marshalled, nil for none) to url, with the target
-// header when target is set, and decodes a 200 answer into out (unless
-// nil). It returns the answer's headers.
-func postJSON(ctx context.Context, url, target string, body, out any) (http.Header, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if target != "" {
-		req.Header.Set(headerTarget, target)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.Header, fmt.Errorf("POST %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return resp.Header, fmt.Errorf("POST %s: %s: %s", url, resp.Status, bytes.TrimSpace(data))
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.Header, fmt.Errorf("POST %s: answer: %w", url, err)
-		}
-	}
-	return resp.Header, nil
-}
-
-func do(req *http.Request) ([]byte, error) {
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL, resp.Status, bytes.TrimSpace(data))
-	}
-	return data, nil
 }
 
 // poll calls cond every pollEvery until it holds, fails for good, or
