@@ -340,3 +340,35 @@ func TestEventsSGLangArray(t *testing.T) {
 		}
 	}
 }
+
+// TestEventsVLLMTP2FoldsShards: vLLM's connector reports through the
+// engine core, which speaks for all its TP workers, so the vLLM flavour
+// publishes a runner-owned block once, on the plain topic, when its last
+// shard stores it, and withdraws it at the first shard's eviction.
+func TestEventsVLLMTP2FoldsShards(t *testing.T) {
+	e := startEngine(t, func(c *Config) { c.Flavor = VLLM; c.HashSeed = "0"; c.TP = 2; c.Topic = "kv" })
+	s := subscribe(t, e.EventEndpoint(0))
+	warm(t, e, s)
+	prompt := longPrompt(t, e, "vllm-shards", 200)
+	keys := kvhash.VLLMBlockHashes(tokenize(t, e, prompt), 64, "0")
+	complete(t, e, map[string]any{"prompt": prompt, "max_tokens": 4})
+	cpu := eventFilter{kind: kvevents.KindStored, tier: kvevents.TierHost, owner: kvevents.OwnedByRunner, topic: "kv"}
+	got := s.collectKeys(map[eventFilter][]uint64{cpu: keys})
+	seen := map[uint64]int{}
+	for _, r := range got {
+		if _, _, shard := kvevents.ParseRunnerShardTopic(r.topic); shard {
+			t.Fatalf("vLLM published on a shard topic %q", r.topic)
+		}
+		for _, k := range cpu.keys([]received{r}) {
+			seen[k]++
+		}
+	}
+	for _, k := range keys {
+		if seen[k] != 1 {
+			t.Fatalf("block %x published %d times as runner-owned, want once for both shards", k, seen[k])
+		}
+	}
+	post(t, e.URL()+pathAdminEvict, map[string]any{"tier": "runner", "prompt": prompt}, nil)
+	rm := eventFilter{kind: kvevents.KindRemoved, tier: kvevents.TierHost, owner: kvevents.OwnedByRunner, topic: "kv"}
+	s.collectKeys(map[eventFilter][]uint64{rm: keys})
+}

@@ -29,6 +29,11 @@ type rank struct {
 	// their end, for least-loaded placement.
 	load atomic.Int64
 
+	// shardsMu guards held: how many TP shards' runners hold each key
+	// (vLLM flavour with TP > 1, see sink).
+	shardsMu sync.Mutex
+	held     map[uint64]int
+
 	mu      sync.Mutex
 	sched   *scheduler
 	jobs    map[*Seq]*job
@@ -207,11 +212,15 @@ func (r *rank) gpuEvents(evs []kvevents.Event) []kvevents.Event {
 }
 
 // sink turns TP shard t's inventory into runner-owned events. With TP > 1
-// each shard reports on its own topic, since a block is restorable only
-// while every shard holds it and the engine wire has no TP field.
+// a block is restorable only while every shard holds it, and the engine
+// wire has no TP field. SGLang's per-rank linkers each report on their own
+// shard topic (the state agent folds them); vLLM's connector reports
+// through the engine core's scheduler, which speaks for all its TP workers
+// (workerconfig.AggregateEngine), so the vLLM flavour folds the shards
+// itself and publishes one inventory on the plain topic.
 func (r *rank) sink(t int) runner.Sink {
 	topic := r.topic
-	if r.cfg.TP > 1 {
+	if r.cfg.TP > 1 && r.cfg.Flavor == SGLang {
 		topic = kvevents.RunnerShardTopic(r.topic, t)
 	}
 	tier, medium := kvevents.TierExternal, mediumExternal
@@ -219,18 +228,60 @@ func (r *rank) sink(t int) runner.Sink {
 		tier, medium = kvevents.TierHost, mediumCPU
 	}
 	return runner.SinkFunc(func(inv runner.Inventory) {
-		var evs []kvevents.Event
+		keys := inv.Keys
 		if inv.Removed {
 			r.cat.removed(t, inv.Keys)
-			evs = []kvevents.Event{{Kind: kvevents.KindRemoved, BlockHashes: inv.Keys}}
+		}
+		if r.cfg.TP > 1 && r.cfg.Flavor == VLLM {
+			// Fold and publish under one lock so that a block's removal can
+			// never overtake its store on the wire.
+			r.shardsMu.Lock()
+			defer r.shardsMu.Unlock()
+			keys = r.fold(keys, inv.Removed)
+			if len(keys) == 0 {
+				return
+			}
+		}
+		var evs []kvevents.Event
+		if inv.Removed {
+			evs = []kvevents.Event{{Kind: kvevents.KindRemoved, BlockHashes: keys}}
 		} else {
-			evs = r.runnerStores(t, inv.Keys)
+			evs = r.runnerStores(t, keys)
 		}
 		for i := range evs {
 			evs[i].Tier, evs[i].Medium, evs[i].Ownership = tier, medium, kvevents.OwnedByRunner
 		}
 		r.publish(topic, evs)
 	})
+}
+
+// fold counts how many TP shards hold each key and returns the keys whose
+// rank-wide residency changes: stores that complete the set of shards,
+// removals that break it. The caller holds shardsMu.
+func (r *rank) fold(keys []uint64, removed bool) []uint64 {
+	if r.held == nil {
+		r.held = map[uint64]int{}
+	}
+	var out []uint64
+	for _, k := range keys {
+		n := r.held[k]
+		if removed {
+			if n == r.cfg.TP {
+				out = append(out, k)
+			}
+			if n <= 1 {
+				delete(r.held, k)
+			} else {
+				r.held[k] = n - 1
+			}
+			continue
+		}
+		if n+1 == r.cfg.TP {
+			out = append(out, k)
+		}
+		r.held[k] = n + 1
+	}
+	return out
 }
 
 // runnerStores builds BlockStored events for keys a shard stored,
