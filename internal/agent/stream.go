@@ -26,6 +26,10 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 	for _, ev := range d.Events {
 		cfg := kvstream.Config{
 			Endpoint: ev.Dial, Bind: !ev.PublisherBinds, Topic: ev.Topic,
+			// The engine's buffered history is the agent's initial
+			// inventory, and it recovers what ZMQ dropped before the
+			// subscription was connected.
+			CatchUp: true,
 			Backoff: a.cfg.Backoff, Logger: a.log.With("dp_rank", ev.DPRank),
 		}
 		if ev.ReplayDial != "" {

@@ -42,6 +42,9 @@ type Config struct {
 	Backoff Backoff
 	// MaxHeld: see Tracker.MaxHeld.
 	MaxHeld int
+	// CatchUp replays a publisher's buffered history before its first
+	// message (see Tracker.CatchUp); it needs a replay endpoint.
+	CatchUp bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -126,7 +129,7 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 		ctx:        ctx,
 		out:        out,
 		opts:       socketOptions(s.log, s.cfg.DialTimeout),
-		tr:         Tracker{MaxHeld: s.cfg.MaxHeld},
+		tr:         Tracker{MaxHeld: s.cfg.MaxHeld, CatchUp: s.cfg.CatchUp},
 		replayed:   make(chan replayDone),
 	}
 	defer ss.wg.Wait()

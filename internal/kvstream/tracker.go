@@ -43,6 +43,12 @@ const (
 type Tracker struct {
 	// MaxHeld: see DefaultMaxHeld. Zero means DefaultMaxHeld.
 	MaxHeld int
+	// CatchUp makes a key's first live message with seq > 0 open a gap
+	// from seq 0 when replay is possible: ZMQ drops what a publisher sent
+	// before the subscription was connected (the slow joiner), and a
+	// subscriber that joins a running engine wants its buffered history.
+	// What the buffer no longer holds is reported Unrecoverable.
+	CatchUp bool
 
 	keys   map[string]*keyState
 	nextID uint64
@@ -70,6 +76,7 @@ type ReplayResult struct {
 
 type keyState struct {
 	last   uint64 // last delivered seq
+	fresh  bool   // nothing delivered yet: a catch-up replay from seq 0 runs
 	replay *replayState
 }
 
@@ -97,6 +104,11 @@ func (t *Tracker) Live(dst []Item, key string, m Message, canReplay bool) ([]Ite
 		if t.keys == nil {
 			t.keys = make(map[string]*keyState)
 		}
+		if t.CatchUp && canReplay && m.Seq > 0 {
+			st = &keyState{fresh: true}
+			t.keys[key] = st
+			return t.openReplay(dst, st, key, m, span{from: 0, to: m.Seq - 1})
+		}
 		t.keys[key] = &keyState{last: m.Seq}
 		return append(dst, m), nil
 	}
@@ -109,26 +121,31 @@ func (t *Tracker) Live(dst []Item, key string, m Message, canReplay bool) ([]Ite
 		return append(dst, m), nil
 	case m.Seq > st.last:
 		g := span{from: st.last + 1, to: m.Seq - 1}
-		dst = append(dst, Gap{Key: key, From: g.from, To: g.to})
 		if !canReplay {
 			st.last = m.Seq
-			return append(dst, Unrecoverable{Key: key, From: g.from, To: g.to}, m), nil
+			return append(dst, Gap{Key: key, From: g.from, To: g.to}, Unrecoverable{Key: key, From: g.from, To: g.to}, m), nil
 		}
-		t.nextID++
-		st.replay = &replayState{
-			id:     t.nextID,
-			rounds: 1,
-			topic:  m.Topic,
-			gaps:   []span{g},
-			held:   []Message{m},
-			top:    m.Seq,
-		}
-		return dst, &ReplayRequest{ID: t.nextID, Key: key, From: g.from}
+		return t.openReplay(dst, st, key, m, g)
 	default:
 		old := st.last
 		st.last = m.Seq
 		return append(dst, Restart{Key: key, OldSeq: old, NewSeq: m.Seq}, m), nil
 	}
+}
+
+// openReplay holds m and asks for the batches of gap g.
+func (t *Tracker) openReplay(dst []Item, st *keyState, key string, m Message, g span) ([]Item, *ReplayRequest) {
+	dst = append(dst, Gap{Key: key, From: g.from, To: g.to})
+	t.nextID++
+	st.replay = &replayState{
+		id:     t.nextID,
+		rounds: 1,
+		topic:  m.Topic,
+		gaps:   []span{g},
+		held:   []Message{m},
+		top:    m.Seq,
+	}
+	return dst, &ReplayRequest{ID: t.nextID, Key: key, From: g.from}
 }
 
 func (t *Tracker) liveReplaying(dst []Item, st *keyState, key string, m Message) ([]Item, *ReplayRequest) {
@@ -197,7 +214,7 @@ func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Messa
 		if !haveReplayed || m.Seq > maxReplayed {
 			maxReplayed, haveReplayed = m.Seq, true
 		}
-		if m.Seq > st.last && m.Seq <= r.top {
+		if (st.fresh || m.Seq > st.last) && m.Seq <= r.top {
 			cand = append(cand, Message{Key: key, Topic: r.topic, Seq: m.Seq, Payload: m.Payload, Replayed: true})
 		}
 	}
@@ -206,6 +223,9 @@ func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Messa
 	gi := 0
 	for i, m := range cand {
 		expected := st.last + 1
+		if st.fresh {
+			expected = 0
+		}
 		if m.Seq < expected {
 			continue // duplicate of a seq already delivered
 		}
@@ -229,7 +249,7 @@ func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Messa
 			}
 		}
 		dst = append(dst, m)
-		st.last = m.Seq
+		st.last, st.fresh = m.Seq, false
 		for gi < len(r.gaps) && r.gaps[gi].to <= st.last {
 			if g := r.gaps[gi]; !g.lost {
 				dst = append(dst, Gap{Key: key, From: g.from, To: g.to, Healed: true})

@@ -44,11 +44,34 @@ func TestTracker(t *testing.T) {
 		name     string
 		noReplay bool
 		maxHeld  int
+		catchUp  bool
 		steps    []trackerStep
 	}{
 		{name: "first seq need not be zero", steps: []trackerStep{
 			{"live a 7", []string{"msg a 7"}},
 			{"live a 8", []string{"msg a 8"}},
+		}},
+		{name: "catch-up replays what came before the first message", catchUp: true, steps: []trackerStep{
+			{"live a 3", []string{"gap a 0-2", "ask a 0"}},
+			{"live a 4", nil},
+			{"replay 1 0 1 2 3 4 end", []string{"msg a 0 r", "msg a 1 r", "msg a 2 r", "healed a 0-2", "msg a 3", "msg a 4"}},
+			{"live a 5", []string{"msg a 5"}},
+		}},
+		{name: "catch-up past the buffer's start", catchUp: true, steps: []trackerStep{
+			{"live a 9", []string{"gap a 0-8", "ask a 0"}},
+			{"replay 1 6 7 8 9 end", []string{"lost a 0-5", "msg a 6 r", "msg a 7 r", "msg a 8 r", "msg a 9"}},
+			{"live a 10", []string{"msg a 10"}},
+		}},
+		{name: "catch-up from seq 0 needs nothing", catchUp: true, steps: []trackerStep{
+			{"live a 0", []string{"msg a 0"}},
+			{"live a 1", []string{"msg a 1"}},
+		}},
+		{name: "catch-up needs replay", catchUp: true, noReplay: true, steps: []trackerStep{
+			{"live a 4", []string{"msg a 4"}},
+		}},
+		{name: "restart during catch-up", catchUp: true, steps: []trackerStep{
+			{"live a 3", []string{"gap a 0-2", "ask a 0"}},
+			{"live a 0", []string{"lost a 0-2", "msg a 3", "restart a 3->0", "msg a 0"}},
 		}},
 		{name: "keys are independent", steps: []trackerStep{
 			{"live a 1", []string{"msg a 1"}},
@@ -178,7 +201,7 @@ func TestTracker(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := Tracker{MaxHeld: tc.maxHeld}
+			tr := Tracker{MaxHeld: tc.maxHeld, CatchUp: tc.catchUp}
 			var asked []ReplayRequest
 			for i, st := range tc.steps {
 				f := strings.Fields(st.op)
