@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -77,6 +79,12 @@ func testConfig(t testing.TB, mut func(*Config)) Config {
 func startEngine(t testing.TB, mut func(*Config)) *Engine {
 	t.Helper()
 	e, err := Start(testConfig(t, mut))
+	// Free ports are found by probing, and other packages' tests start
+	// processes and connections meanwhile: a port taken between the probe
+	// and the bind is retried on fresh ports.
+	for try := 0; err != nil && errors.Is(err, syscall.EADDRINUSE) && try < 5; try++ {
+		e, err = Start(testConfig(t, mut))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
