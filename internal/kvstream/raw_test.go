@@ -54,10 +54,30 @@ func publishUpTo(t *testing.T, p *Publisher, upto uint64) {
 // against the answer, and delivered after it.
 func TestReplayHoldsLiveMessages(t *testing.T) {
 	checkLeaks(t)
+	// The hand-driven ROUTER of this harness sometimes finds its zmq4
+	// connection closed when it answers (seen about once in ten runs,
+	// before and after the subscriber's own changes; not yet explained):
+	// such an attempt is run again on fresh sockets, and the behaviour is
+	// asserted in full by the attempt that gets its answer through.
+	for attempt := 1; ; attempt++ {
+		err := replayHoldsLiveMessages(t)
+		if err == nil {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("answering the replay by hand failed %d times: %v", attempt, err)
+		}
+		t.Logf("attempt %d: %v; retrying on fresh sockets", attempt, err)
+	}
+}
+
+func replayHoldsLiveMessages(t *testing.T) error {
 	router := rawSocket(t, zmq4.NewRouter, "tcp://127.0.0.1:0")
 	p := startPub(t, PublisherConfig{Endpoint: anyTCP})
 	ep := tcpEndpoint(p.Addr())
-	s, out := startSub(t, Config{Endpoint: ep, ReplayEndpoint: tcpEndpoint(router.Addr())})
+	// The test answers the replay by hand: give it all the time a loaded
+	// machine needs, or the subscriber abandons the replay first.
+	s, out := startSub(t, Config{Endpoint: ep, ReplayEndpoint: tcpEndpoint(router.Addr()), ReplayTimeout: time.Minute})
 	last, _ := probe(t, pubSender(t, p, "kv"), out)
 	s0 := last + 100
 	p.setSkip(func(seq uint64) bool { return seq == s0+1 })
@@ -81,9 +101,13 @@ func TestReplayHoldsLiveMessages(t *testing.T) {
 	waitFor(t, "two held batches", func() bool { return s.Stats().Received == received+2 })
 	id := req.Frames[0]
 	for seq := s0 + 1; seq <= s0+5; seq++ {
-		send(t, router, append([][]byte{id}, EncodeReplayReply(seq, []byte("replayed"))...)...)
+		if err := router.Send(zmq4.NewMsgFrom(append([][]byte{id}, EncodeReplayReply(seq, []byte("replayed"))...)...)); err != nil {
+			return err
+		}
 	}
-	send(t, router, append([][]byte{id}, EncodeReplayEnd()...)...)
+	if err := router.Send(zmq4.NewMsgFrom(append([][]byte{id}, EncodeReplayEnd()...)...)); err != nil {
+		return err
+	}
 
 	m := func(off uint64, suffix string) string { return fmt.Sprintf("msg %s %d%s", ep, s0+off, suffix) }
 	expectItems(t, out, m(1, " r"), fmt.Sprintf("healed %s %d-%d", ep, s0+1, s0+1), m(2, ""), m(3, ""), m(4, ""))
@@ -92,6 +116,7 @@ func TestReplayHoldsLiveMessages(t *testing.T) {
 	if msg, ok := it.(Message); !ok || msg.Seq != s0+5 || msg.Replayed || string(msg.Payload) != "live" {
 		t.Fatalf("after replay got %s (%+v), want the live copy of %d", itemString(it), it, s0+5)
 	}
+	return nil
 }
 
 func TestReplayFailureLosesGap(t *testing.T) {
