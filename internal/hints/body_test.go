@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"kvrouter/internal/golden"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -62,7 +63,7 @@ func TestBodyGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, filepath.Join("testdata", "body", "out", name+".strip.json"), out)
+			golden.Check(t, filepath.Join("testdata", "body", "out", name+".strip.json"), out)
 			if stripped == bytes.Equal(out, body) {
 				t.Errorf("stripped=%v but the body changed=%v", stripped, !bytes.Equal(out, body))
 			}
@@ -79,7 +80,7 @@ func TestBodyGolden(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				golden(t, filepath.Join("testdata", "body", "out", name+"."+p.String()+".json"), out)
+				golden.Check(t, filepath.Join("testdata", "body", "out", name+"."+p.String()+".json"), out)
 				raw, got, found, err := Extract(out)
 				if err != nil || !found || got != p {
 					t.Fatalf("Extract = %v, %v, %v; want placement %v", got, found, err, p)

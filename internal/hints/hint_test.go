@@ -3,34 +3,10 @@ package hints
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
+	"kvrouter/internal/golden"
 	"path/filepath"
 	"testing"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata")
-
-// golden compares got with the file at path, or rewrites it with -update.
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs:\n got %s\nwant %s", path, got, want)
-	}
-}
 
 // specEnvelope is SPEC 5.1's example as printed there, with its spacing.
 const specEnvelope = `{"protocol_version": "0.1", "message_id": "<request id>",
@@ -57,7 +33,7 @@ func TestEncodeGolden(t *testing.T) {
 			if !json.Valid(tt.got) {
 				t.Fatalf("invalid JSON: %s", tt.got)
 			}
-			golden(t, filepath.Join("testdata", "golden", tt.file), tt.got)
+			golden.Check(t, filepath.Join("testdata", "golden", tt.file), tt.got)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"encoding/xml"
+	"kvrouter/internal/golden"
 	"math"
 	"slices"
 	"strconv"
@@ -252,5 +253,5 @@ func TestPlotGolden(t *testing.T) {
 	if err := PlotTTFTCDF(&buf, series); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/golden/ttft_cdf.svg", buf.Bytes())
+	golden.Check(t, "testdata/golden/ttft_cdf.svg", buf.Bytes())
 }

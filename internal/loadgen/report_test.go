@@ -3,34 +3,9 @@ package loadgen
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
+	"kvrouter/internal/golden"
 	"testing"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata")
-
-// golden compares got with the file at path, or rewrites it with -update.
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs:\n got %s\nwant %s", path, got, want)
-	}
-}
 
 // benchRuns are five policies' figures as a routing benchmark reports
 // them; kv_hints comes last, as the reference.
@@ -61,7 +36,7 @@ func TestTable(t *testing.T) {
 	if err := WriteRatios(&buf, benchRuns(), "kv_hints"); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/golden/table.txt", buf.Bytes())
+	golden.Check(t, "testdata/golden/table.txt", buf.Bytes())
 }
 
 func TestTableAlignsColumns(t *testing.T) {
@@ -89,7 +64,7 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/golden/report.json", append(out, '\n'))
+	golden.Check(t, "testdata/golden/report.json", append(out, '\n'))
 
 	// The keys machines read, in each policy.
 	var generic struct {
