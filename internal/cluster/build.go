@@ -19,3 +19,21 @@ func Build(dir string) (string, error) {
 	}
 	return bin, nil
 }
+
+// RunWithBinary is the body of a TestMain whose tests run clusters: it
+// builds kvrouter once into a temporary directory, stores its path in
+// bin, runs the tests (m is the *testing.M) and removes the binary. It
+// returns the exit code for os.Exit.
+func RunWithBinary(m interface{ Run() int }, bin *string) int {
+	dir, err := os.MkdirTemp("", "kvrouter-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
