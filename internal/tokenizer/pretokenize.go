@@ -184,22 +184,7 @@ type span struct {
 func (st splitStep) split(dst []string, s string) []string {
 	if st.behavior == isolated {
 		// Every span is a piece, so matches and gaps need no bookkeeping.
-		last := 0
-		for i := 0; i < len(s); {
-			start, end := st.find(s, i)
-			if start < 0 {
-				break
-			}
-			if start > last {
-				dst = append(dst, s[last:start])
-			}
-			dst = append(dst, s[start:end])
-			last, i = end, end
-		}
-		if last < len(s) {
-			dst = append(dst, s[last:])
-		}
-		return dst
+		return pretok.SplitIsolated(dst, s, st.find)
 	}
 	var spans []span
 	last := 0

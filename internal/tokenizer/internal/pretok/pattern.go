@@ -167,9 +167,15 @@ func (p *Pattern) Next(s string, i int) (start, end int) {
 // between matches, in order (the "Isolated" behaviour). The pieces
 // concatenate back to s.
 func (p *Pattern) Split(dst []string, s string) []string {
+	return SplitIsolated(dst, s, p.Next)
+}
+
+// SplitIsolated is Split for any finder: next returns the first match at
+// or after i as [start, end), or start < 0 for none.
+func SplitIsolated(dst []string, s string, next func(s string, i int) (start, end int)) []string {
 	last := 0
 	for i := 0; i < len(s); {
-		start, end := p.Next(s, i)
+		start, end := next(s, i)
 		if start < 0 {
 			break
 		}
