@@ -95,3 +95,32 @@ func (c *catalog) len() int {
 	defer c.mu.Unlock()
 	return len(c.m)
 }
+
+// fold records that shard stored (or removed) keys and returns the keys
+// whose holding by all of tp shards changed: stores that complete the set,
+// removals that break it. Removals also release the shard's hold.
+func (c *catalog) fold(shard int, keys []uint64, removed bool, tp int) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := uint64(1)<<tp - 1
+	var changed []uint64
+	for _, k := range keys {
+		e := c.m[k]
+		if e == nil {
+			continue
+		}
+		before := e.shards
+		if removed {
+			e.shards &^= 1 << shard
+		} else {
+			e.shards |= 1 << shard
+		}
+		if (before == all) != (e.shards == all) {
+			changed = append(changed, k)
+		}
+		if removed {
+			c.drop(k, e)
+		}
+	}
+	return changed
+}

@@ -29,10 +29,9 @@ type rank struct {
 	// their end, for least-loaded placement.
 	load atomic.Int64
 
-	// shardsMu guards held: how many TP shards' runners hold each key
-	// (vLLM flavour with TP > 1, see sink).
+	// shardsMu orders the vLLM flavour's folded runner inventory (TP > 1,
+	// see sink).
 	shardsMu sync.Mutex
-	held     map[uint64]int
 
 	mu      sync.Mutex
 	sched   *scheduler
@@ -229,18 +228,17 @@ func (r *rank) sink(t int) runner.Sink {
 	}
 	return runner.SinkFunc(func(inv runner.Inventory) {
 		keys := inv.Keys
-		if inv.Removed {
-			r.cat.removed(t, inv.Keys)
-		}
-		if r.cfg.TP > 1 && r.cfg.Flavor == VLLM {
+		switch {
+		case r.cfg.TP > 1 && r.cfg.Flavor == VLLM:
 			// Fold and publish under one lock so that a block's removal can
 			// never overtake its store on the wire.
 			r.shardsMu.Lock()
 			defer r.shardsMu.Unlock()
-			keys = r.fold(keys, inv.Removed)
-			if len(keys) == 0 {
+			if keys = r.cat.fold(t, inv.Keys, inv.Removed, r.cfg.TP); len(keys) == 0 {
 				return
 			}
+		case inv.Removed:
+			r.cat.removed(t, inv.Keys)
 		}
 		var evs []kvevents.Event
 		if inv.Removed {
@@ -253,35 +251,6 @@ func (r *rank) sink(t int) runner.Sink {
 		}
 		r.publish(topic, evs)
 	})
-}
-
-// fold counts how many TP shards hold each key and returns the keys whose
-// rank-wide residency changes: stores that complete the set of shards,
-// removals that break it. The caller holds shardsMu.
-func (r *rank) fold(keys []uint64, removed bool) []uint64 {
-	if r.held == nil {
-		r.held = map[uint64]int{}
-	}
-	var out []uint64
-	for _, k := range keys {
-		n := r.held[k]
-		if removed {
-			if n == r.cfg.TP {
-				out = append(out, k)
-			}
-			if n <= 1 {
-				delete(r.held, k)
-			} else {
-				r.held[k] = n - 1
-			}
-			continue
-		}
-		if n+1 == r.cfg.TP {
-			out = append(out, k)
-		}
-		r.held[k] = n + 1
-	}
-	return out
 }
 
 // runnerStores builds BlockStored events for keys a shard stored,
