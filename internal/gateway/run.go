@@ -104,9 +104,7 @@ func Defaults() Options {
 func (o *Options) Policy() (func(blockSize int) (hints.Policy, error), error) {
 	switch o.HintPolicy {
 	case PolicyOff:
-		// The router never asks it (router.Config.NoHints).
-		p := hints.MinBlocks(1)
-		return func(int) (hints.Policy, error) { return p, nil }, nil
+		return nil, nil // router.Config.NoHints: no policy is ever asked
 	case PolicyMinBlocks:
 		if o.HintMinBlocks < 1 {
 			return nil, fmt.Errorf("%w: --hint-min-blocks %d must be at least 1", ErrOptions, o.HintMinBlocks)

@@ -179,7 +179,7 @@ func TestRoutingBaselinesAndHintsOff(t *testing.T) {
 		return r
 	}
 
-	r := setup(func(c *Config) { c.NoHints = true })
+	r := setup(func(c *Config) { c.NoHints, c.Policy = true, nil })
 	d := decide(t, r, Request{Model: "m", Tokens: prompt})
 	if d.HintDecision.Reason != hints.ReasonDisabled || d.Hint.Endpoint != "" {
 		t.Fatalf("hints off: decision %+v hint %+v", d.HintDecision, d.Hint)

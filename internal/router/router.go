@@ -20,7 +20,8 @@ type Config struct {
 	// Routing chooses the target; "" is schedule.RoutingKV. The baselines
 	// exist to measure kv routing against.
 	Routing schedule.Routing
-	// NoHints turns hints off: every decision says hints.ReasonDisabled.
+	// NoHints turns hints off: every decision says hints.ReasonDisabled,
+	// and Policy may be nil.
 	NoHints bool
 	// Policy returns the hint policy for workers of a block size; a cost
 	// estimate needs the bytes and tokens of a block.
@@ -111,8 +112,8 @@ type owner struct {
 
 // New returns an empty router.
 func New(cfg Config) (*Router, error) {
-	if cfg.Policy == nil {
-		return nil, fmt.Errorf("router: Config.Policy is required")
+	if cfg.Policy == nil && !cfg.NoHints {
+		return nil, fmt.Errorf("router: Config.Policy is required unless NoHints")
 	}
 	if cfg.Temperature < 0 {
 		return nil, fmt.Errorf("router: temperature %v must not be negative", cfg.Temperature)
@@ -156,7 +157,7 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.policies[w.BlockSize]; !ok {
+	if _, ok := r.policies[w.BlockSize]; !ok && r.cfg.Policy != nil {
 		p, err := r.cfg.Policy(w.BlockSize)
 		if err != nil {
 			return fmt.Errorf("router: hint policy for block size %d: %w", w.BlockSize, err)
