@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -26,7 +27,7 @@ const (
 // loadMsg is one announcement. Ids carry the replica's name, so two
 // replicas never collide and a replayed announcement is a no-op.
 type loadMsg struct {
-	Replica string   `json:"replica"`
+	Replica string   `json:"-"` // from the batch
 	Op      string   `json:"op"`
 	ID      string   `json:"id,omitempty"`
 	Worker  string   `json:"worker,omitempty"`
@@ -127,12 +128,33 @@ type Peers struct {
 	book *peerBook
 	mu   sync.Mutex
 	mine map[string]bool
+	// Announcements wait in pending for up to batchDelay and leave in one
+	// NATS message: one per request start and end cost the router as much
+	// as its decision did.
+	pmu     sync.Mutex
+	pending []loadMsg
+	spare   []loadMsg
+	kick    chan struct{}
+	own     []byte // how this replica's batches begin, to skip them unread
 }
+
+// loadBatch is the NATS payload: one replica's announcements, in order.
+type loadBatch struct {
+	Replica string    `json:"replica"`
+	Msgs    []loadMsg `json:"msgs"`
+}
+
+const (
+	batchDelay = time.Millisecond
+	batchMax   = 512 // messages per payload, well below any NATS max_payload
+)
 
 // NewPeers returns a tracker that announces on nc (nil: local only).
 func NewPeers(nc *nats.Conn, replica string, load *schedule.Load, every, timeout time.Duration, m *Metrics, log *slog.Logger, now func() time.Time) *Peers {
+	own, _ := json.Marshal(loadBatch{Replica: replica}) // {"replica":"…","msgs":null}
+	own = own[:bytes.LastIndexByte(own, ',')+1]
 	return &Peers{NC: nc, Replica: replica, Load: load, Every: every, Timeout: timeout, Metrics: m, Log: log, Now: now,
-		book: newPeerBook(load, timeout), mine: map[string]bool{}}
+		book: newPeerBook(load, timeout), mine: map[string]bool{}, kick: make(chan struct{}, 1), own: own}
 }
 
 // Start, Finish and the heartbeat publish under mu, so that a heartbeat
@@ -162,16 +184,40 @@ func (p *Peers) publish(m loadMsg) {
 	if p.NC == nil {
 		return
 	}
-	m.Replica = p.Replica
-	b, err := json.Marshal(m)
-	if err != nil {
-		return
+	p.pmu.Lock()
+	p.pending = append(p.pending, m)
+	first := len(p.pending) == 1
+	p.pmu.Unlock()
+	if first {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
 	}
-	if err := p.NC.Publish(LoadSubject, b); err != nil {
-		p.Log.Debug("peers: announce failed", "err", err)
-		return
+}
+
+// flush sends what is pending, batchMax messages a payload.
+func (p *Peers) flush() {
+	p.pmu.Lock()
+	msgs := p.pending
+	p.pending = p.spare[:0]
+	p.pmu.Unlock()
+	for len(msgs) > 0 {
+		n := min(len(msgs), batchMax)
+		b, err := json.Marshal(loadBatch{Replica: p.Replica, Msgs: msgs[:n]})
+		if err == nil {
+			err = p.NC.Publish(LoadSubject, b)
+		}
+		if err != nil {
+			p.Log.Debug("peers: announce failed", "err", err)
+		} else {
+			p.Metrics.peerMessages.WithLabelValues("out").Add(float64(n))
+		}
+		msgs = msgs[n:]
 	}
-	p.Metrics.peerMessages.WithLabelValues("out").Inc()
+	p.pmu.Lock()
+	p.spare = msgs[:0:cap(msgs)]
+	p.pmu.Unlock()
 }
 
 // Run applies peers' announcements and sends heartbeats until ctx ends.
@@ -188,17 +234,31 @@ func (p *Peers) Run(ctx context.Context) error {
 	defer sub.Unsubscribe()
 	t := time.NewTicker(p.Every)
 	defer t.Stop()
+	batch := time.NewTimer(batchDelay)
+	batch.Stop()
+	defer p.flush()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-p.kick:
+			batch.Reset(batchDelay)
+		case <-batch.C:
+			p.flush()
 		case nm := <-msgs:
-			var m loadMsg
-			if json.Unmarshal(nm.Data, &m) != nil || m.Replica == "" || m.Replica == p.Replica {
+			if bytes.HasPrefix(nm.Data, p.own) {
+				continue // ours, echoed back
+			}
+			var b loadBatch
+			if json.Unmarshal(nm.Data, &b) != nil || b.Replica == "" || b.Replica == p.Replica {
 				continue
 			}
-			p.Metrics.peerMessages.WithLabelValues("in").Inc()
-			p.book.apply(m, p.Now())
+			p.Metrics.peerMessages.WithLabelValues("in").Add(float64(len(b.Msgs)))
+			now := p.Now()
+			for _, m := range b.Msgs {
+				m.Replica = b.Replica
+				p.book.apply(m, now)
+			}
 		case <-t.C:
 			p.mu.Lock()
 			ids := make([]string, 0, len(p.mine))

@@ -197,6 +197,10 @@ func NewClient() *http.Client {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+		// A prompt of a few thousand tokens is tens of kilobytes: with the
+		// default 4 KiB buffer it left in several writes, each body past
+		// the first buffer through a fresh 32 KiB copy buffer.
+		WriteBufferSize: 64 << 10,
 	}}
 }
 

@@ -10,7 +10,7 @@
 // The index is pure core logic: no goroutines, no clock. Recency for
 // eviction is a logical clock advanced by Match.
 //
-// Concurrency: the index is split into 64 shards by the top bits of the
+// Concurrency: the index is split into 16 shards by the top bits of the
 // identity, each with its own RWMutex. A writer holds one shard's lock at a
 // time, for one block; Match read-locks the shards of a batch of blocks
 // together, always in ascending order, so readers never deadlock with

@@ -36,6 +36,7 @@ func newClient(conns int) *client {
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
+		WriteBufferSize:     64 << 10, // a prompt in one write, as the router sends it
 	}}}
 }
 
