@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"strconv"
 	"testing"
 
 	"kvrouter/internal/tokenizer"
@@ -207,6 +208,43 @@ func TestTokenIDsFastPath(t *testing.T) {
 		got, err := tokenIDs(json.RawMessage(raw), "prompt")
 		if fmt.Sprint(got, err) != fmt.Sprint(want, wantErr) || (got == nil) != (want == nil) {
 			t.Errorf("%s: got %v %v, want %v %v", raw, got, err, want, wantErr)
+		}
+	}
+}
+
+// FuzzTokenIDs: the one-pass reader of plain ids agrees with the decoder on
+// any list it accepts, and leaves to it whatever it does not.
+func FuzzTokenIDs(f *testing.F) {
+	for _, s := range []string{`[1,2,3]`, `[1234567,12345678,123456789,4294967295]`, "[0 ,\n7]", `[4294967296]`, `[1.5,2]`, `[01]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return // tokenIDs reads parts of documents already validated
+		}
+		want, wantErr := decodeTokenIDs(json.RawMessage(raw), "prompt")
+		got, err := tokenIDs(json.RawMessage(raw), "prompt")
+		if fmt.Sprint(got, err) != fmt.Sprint(want, wantErr) || (got == nil) != (want == nil) {
+			t.Fatalf("%q: got %v %v, want %v %v", raw, got, err, want, wantErr)
+		}
+	})
+}
+
+// BenchmarkTokenIDs reads a 1,536-token prompt of ids (`kvrouter bench
+// router`'s default).
+func BenchmarkTokenIDs(b *testing.B) {
+	raw := []byte("[")
+	for i := range 1536 {
+		if i > 0 {
+			raw = append(raw, ',')
+		}
+		raw = strconv.AppendUint(raw, uint64(1000+i*7919%100_000), 10)
+	}
+	raw = append(raw, ']')
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, err := tokenIDs(raw, "prompt"); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
