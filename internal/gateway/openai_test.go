@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 
 	"kvrouter/internal/tokenizer"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"kvrouter/internal/hints"
+	"kvrouter/internal/rawjson"
 	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
 )
@@ -160,11 +161,8 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		var b []byte
 		b, err = readAll(io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
 		if err == nil {
-			var v struct {
-				Usage *usage `json:"usage"`
-			}
-			if json.Unmarshal(b, &v) == nil && v.Usage != nil {
-				report(v.Usage)
+			if u := responseUsage(b); u != nil {
+				report(u)
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 			w.WriteHeader(resp.StatusCode)
@@ -217,6 +215,24 @@ type usage struct {
 	KVRouter *struct {
 		PeerRestoredTokens int `json:"peer_restored_tokens"`
 	} `json:"kvrouter"`
+}
+
+// responseUsage returns the usage of a non-streamed answer, nil when it
+// has none or is not JSON. Only the usage member is decoded: the rest (the
+// generated text) is passed on as it came.
+func responseUsage(b []byte) *usage {
+	if !bytes.Contains(b, []byte(`"usage"`)) || !rawjson.Valid(b) {
+		return nil
+	}
+	m, ok := members(b)
+	if !ok {
+		return nil
+	}
+	var u *usage
+	if raw := m["usage"]; len(raw) > 0 && json.Unmarshal(raw, &u) != nil {
+		return nil
+	}
+	return u
 }
 
 var errClientGone = errors.New("client went away")
