@@ -327,13 +327,27 @@ func (sh *shard) appendHolders(dst []uint32, n *node) []uint32 {
 	return append(dst, sh.sparseWords(n)...)
 }
 
-// appendRaw appends n's holders as stored, for Match: holder words, or for
-// a dense set its tier-mask words (dense true).
-func (sh *shard) appendRaw(dst []uint32, n *node) ([]uint32, bool) {
-	if sh.isDense(n) {
-		return append(dst, sh.denseWords(n)...), true
+// holders returns n's holders as stored, for Match: holder words, or for a
+// dense set its tier-mask words (dense true). Inline words are copied to
+// buf; the others alias the arena, valid while the shard is read-locked.
+func (sh *shard) holders(n *node, buf *[2]uint32) (ws []uint32, dense bool) {
+	if n.meta&metaMore == 0 {
+		buf[0], buf[1] = n.h0, n.h1
+		switch {
+		case n.h0 == 0:
+			return buf[:0], false
+		case n.h1 == 0:
+			return buf[:1], false
+		}
+		return buf[:2], false
 	}
-	return sh.appendHolders(dst, n), false
+	off := n.h0 + 2
+	if kind := sh.arena[n.h0+1]; kind&denseKind != 0 {
+		end := off + classCap(kind&^denseKind)
+		return sh.arena[off:end:end], true
+	}
+	end := off + sh.arena[n.h0]
+	return sh.arena[off:end:end], false
 }
 
 // engineOf returns the engine hash that holder word w of n recorded.

@@ -12,7 +12,7 @@
 //
 // Concurrency: the index is split into 16 shards by the top bits of the
 // identity, each with its own RWMutex. A writer holds one shard's lock at a
-// time, for one block; Match read-locks the shards of a batch of blocks
+// time, for one block; Match read-locks the shards of the blocks it walks
 // together, always in ascending order, so readers never deadlock with
 // writers and there is no global lock. Ops of one source apply in order
 // under that source's mutex; ops of different sources proceed in parallel.

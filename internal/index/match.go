@@ -34,8 +34,8 @@ type Match struct {
 // Match returns, for every source holding at least the request's first
 // block, its overlap with the request given by its local hashes, ordered
 // by Depth, deepest first (ties in no particular order). It stops walking
-// the request once no source extends the prefix, having looked at most one
-// lookup batch ahead.
+// the request once no source extends the prefix, having looked up at most
+// one window of blocks ahead.
 func (ix *Index) Match(local []uint64, opts MatchOptions) []Match {
 	return ix.AppendMatch(nil, local, opts)
 }
@@ -49,133 +49,151 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	sc := ix.scratch.Get().(*scratch)
 	defer ix.scratch.Put(sc)
 	sc.reset(len(srcs), opts.Chains, len(local))
-
-	var now uint32
 	if ix.maxBlocks > 0 {
-		now = ix.tick()
+		sc.now = ix.tick()
 	}
-	var seq uint64
-	reached := 0
-	batch := firstBatch
-	for base := 0; base < len(local); base, batch = base+batch, min(2*batch, len(sc.ents)) {
-		ents := sc.ents[:min(batch, len(local)-base)]
-		for k := range ents {
-			if i := base + k; i == 0 {
-				seq = local[0]
-			} else {
-				seq = kvhash.SequenceHash(seq, local[i])
-			}
-			ents[k].seq = seq
-			if seq == 0 {
-				ents[k].seq = zeroSeq
-			}
-		}
-		ix.lookupBatch(sc, ents, opts.Chains, now)
-
-		for k := range ents {
-			e := &ents[k]
-			i := base + k
-			if !e.ok {
-				return sc.results(dst, srcs, uint32(reached))
-			}
-			cur := sc.hbuf[e.off : e.off+e.n]
-			sc.advance(uint32(i), sc.prev, sc.prevDense, cur, e.dense)
-			if sc.alive == 0 {
-				return sc.results(dst, srcs, uint32(reached))
-			}
-			if opts.Chains {
-				sc.extendChains(i, e.engine, sc.abuf[e.aoff:e.aoff+e.an])
-			}
-			reached = i + 1
-			sc.prev, sc.prevDense = cur, e.dense
-		}
-		// The next batch reuses hbuf: keep the last holders apart.
-		sc.keep = append(sc.keep[:0], sc.prev...)
-		sc.prev = sc.keep
+	// The first few blocks alone: a request that matches nothing, or
+	// little, costs a few hashes and locks. Then the rest of the request
+	// under one read lock per shard, taken once: a long request meets
+	// every shard, and locking them batch by batch cost more atomics than
+	// the matching itself.
+	seqs := sc.hashes(local, firstBlocks)
+	reached := ix.walkLocked(sc, seqs, 0)
+	if reached == len(seqs) && reached < len(local) {
+		seqs = sc.hashes(local, len(local))
+		reached = ix.walkLocked(sc, seqs, reached)
 	}
 	return sc.results(dst, srcs, uint32(reached))
 }
 
-// Match looks blocks up in batches: within a batch the cache misses of the
-// lookups overlap; past the point where no source extends the prefix a
-// batch wastes its remaining lookups. Batches start small, for requests
-// that match little, and double up to maxBatch.
 const (
-	firstBatch = 8
-	maxBatch   = 64
+	firstBlocks = 8
+	// window is how many nodes Match loads together before using any, so
+	// that their cache misses overlap instead of queueing behind each
+	// other; past the end of the match a window wastes its lookups.
+	window = 32
 )
 
-// batchEnt is one block of a lookup batch.
-type batchEnt struct {
-	seq      uint64
-	engine   uint64
-	ok       bool
-	dense    bool // hbuf holds tier-mask words, not holder words
-	off, n   int  // holders in scratch.hbuf
-	aoff, an int  // alt holders in scratch.abuf
+// hashes extends sc.seqs to the identities of local's first n blocks.
+func (sc *scratch) hashes(local []uint64, n int) []uint64 {
+	n = min(n, len(local))
+	seqs := sc.seqs
+	for i := len(seqs); i < n; i++ {
+		seq := local[0]
+		if i > 0 {
+			seq = kvhash.SequenceHash(seqs[i-1], local[i])
+		}
+		seqs = append(seqs, seq)
+	}
+	sc.seqs = seqs
+	return seqs
 }
 
-// lookupBatch copies out the nodes of a batch of identities. It read-locks
-// the shards involved in ascending order (writers hold one shard lock at a
-// time, so readers holding several cannot deadlock with them), then loads
-// every node's cache line before using any, so that the misses overlap
-// instead of queueing behind each other.
-func (ix *Index) lookupBatch(sc *scratch, ents []batchEnt, chains bool, now uint32) {
-	var locked uint64
-	for k := range ents {
-		locked |= 1 << shardOf(ents[k].seq)
+// walkLocked walks blocks [from, len(seqs)) under the read locks of their
+// shards, taken in ascending order (writers hold one shard lock at a time,
+// so readers holding several cannot deadlock with them), and returns how
+// far the match reached.
+func (ix *Index) walkLocked(sc *scratch, seqs []uint64, from int) int {
+	var locked uint32
+	for _, seq := range seqs[from:] {
+		locked |= 1 << shardOf(ident(seq))
 	}
 	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros64(m)].mu.RLock()
+		ix.shards[bits.TrailingZeros32(m)].mu.RLock()
 	}
+	reached := ix.walk(sc, seqs, from)
+	// sc.prev may point into a shard's arena: keep a copy for the next
+	// walk, which runs after these locks are released.
+	sc.keep = append(sc.keep[:0], sc.prev...)
+	sc.prev = sc.keep
+	for m := locked; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros32(m)].mu.RUnlock()
+	}
+	return reached
+}
+
+// ident maps a sequence hash to its identity: 0 marks empty table slots.
+func ident(seq uint64) uint64 {
+	if seq == 0 {
+		return zeroSeq
+	}
+	return seq
+}
+
+// walk advances the match over blocks [from, len(seqs)) a window at a time
+// and returns how far it reached: the first block nobody extends the
+// prefix to, or len(seqs). The caller holds the shards' read locks, so
+// holders are compared where they are stored, without copying.
+func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
+	for base := from; base < len(seqs); base += window {
+		ents := ix.locate(sc, seqs[base:min(base+window, len(seqs))])
+		for k := range ents {
+			i := base + k
+			e := &ents[k]
+			if e.sh < 0 {
+				return i // the prefix ends here for everybody
+			}
+			sh := &ix.shards[e.sh]
+			n := &sh.tab[e.pos]
+			cur, dense := sh.holders(n, &sc.inline[i&1])
+			sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
+			if sc.alive == 0 {
+				return i
+			}
+			if sc.chains {
+				sc.extendChains(i, n.engine, sc.alts(sh, n))
+			}
+			if sc.now != 0 {
+				n.touch(sc.now)
+			}
+			sc.prev, sc.prevDense = cur, dense
+		}
+	}
+	return len(seqs)
+}
+
+// batchEnt is where a block's node is: shard sh (-1: not indexed) at
+// table position pos.
+type batchEnt struct {
+	sh, pos int32
+}
+
+// locate finds the nodes of a window of identities, up to the first one
+// missing. It loads every node's cache line (and the neighbouring slot's,
+// if the home slot holds another identity) before probing any, then the
+// holder blocks of the nodes found, so that the misses overlap.
+func (ix *Index) locate(sc *scratch, seqs []uint64) []batchEnt {
 	var sink uint64
-	for k := range ents {
-		sh := &ix.shards[shardOf(ents[k].seq)]
-		if len(sh.tab) > 0 {
-			sink += sh.tab[ents[k].seq&uint64(len(sh.tab)-1)].seq
-		}
-	}
-	for k := range ents { // holder blocks, now that the nodes are in cache
-		sh := &ix.shards[shardOf(ents[k].seq)]
-		if len(sh.tab) > 0 {
-			if n := &sh.tab[ents[k].seq&uint64(len(sh.tab)-1)]; n.meta&metaMore != 0 && n.seq == ents[k].seq {
-				sink += uint64(sh.arena[n.h0])
+	for _, seq := range seqs {
+		seq = ident(seq)
+		if t := ix.shards[shardOf(seq)].tab; len(t) > 0 {
+			mask := uint64(len(t) - 1)
+			h := seq & mask
+			x := t[h].seq
+			var next uint64
+			if x != seq {
+				next = 1
 			}
+			sink += x + t[(h+next)&mask].seq
 		}
 	}
-	sc.sink = sink
-	hb, ab := sc.hbuf[:0], sc.abuf[:0]
-	for k := range ents {
-		e := &ents[k]
-		sh := &ix.shards[shardOf(e.seq)]
-		pos, ok := sh.find(e.seq)
-		e.ok = ok
+	ents := sc.ents[:0]
+	for _, seq := range seqs {
+		seq = ident(seq)
+		si := shardOf(seq)
+		sh := &ix.shards[si]
+		pos, ok := sh.find(seq)
 		if !ok {
-			break // the prefix ends here for everybody
+			ents = append(ents, batchEnt{-1, 0})
+			break
 		}
-		n := &sh.tab[pos]
-		e.engine = n.engine
-		e.off = len(hb)
-		hb, e.dense = sh.appendRaw(hb, n)
-		e.n = len(hb) - e.off
-		e.aoff = len(ab)
-		if chains && n.meta&metaAlt != 0 {
-			sc.tmp = sh.appendHolders(sc.tmp[:0], n)
-			for _, w := range sc.tmp {
-				if w&altBit != 0 {
-					ab = append(ab, altHolder{w >> idShift, sh.alt[altKey{e.seq, w >> idShift}]})
-				}
-			}
+		if n := &sh.tab[pos]; n.meta&metaMore != 0 {
+			sink += uint64(sh.arena[n.h0])
 		}
-		e.an = len(ab) - e.aoff
-		if now != 0 {
-			n.touch(now)
-		}
+		ents = append(ents, batchEnt{int32(si), int32(pos)})
 	}
-	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros64(m)].mu.RUnlock()
-	}
-	sc.hbuf, sc.abuf = hb, ab
+	sc.ents, sc.sink = ents, sink
+	return ents
 }
 
 // scratch is a Match's working memory, pooled.
@@ -183,10 +201,12 @@ type scratch struct {
 	gen       uint32
 	st        []srcState
 	alive     int
-	ents      [maxBatch]batchEnt
-	hbuf      []uint32    // holders of the batch
-	abuf      []altHolder // alt holders of the batch
-	prev      []uint32    // holders of the previous block
+	now       uint32 // recency epoch to stamp on the nodes walked, 0: none
+	seqs      []uint64
+	ents      []batchEnt
+	inline    [2][2]uint32 // holders of inline nodes, for this block and the last
+	abuf      []altHolder  // alt holders of a block
+	prev      []uint32     // holders of the previous block
 	prevDense bool
 	keep      []uint32
 	tmp       []uint32
@@ -210,7 +230,7 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 	if len(sc.st) < nsrc {
 		sc.st = append(sc.st, make([]srcState, nsrc-len(sc.st))...)
 	}
-	sc.alive = 0
+	sc.alive, sc.now, sc.seqs = 0, 0, sc.seqs[:0]
 	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
 	sc.chains = chains
 	sc.primary, sc.private, sc.privIDs = nil, sc.private[:0], sc.privIDs[:0]
@@ -229,6 +249,22 @@ func (sc *scratch) state(id uint32) *srcState {
 		return nil
 	}
 	return st
+}
+
+// alts returns the holders of n whose engine hash is not n.engine.
+func (sc *scratch) alts(sh *shard, n *node) []altHolder {
+	if n.meta&metaAlt == 0 {
+		return nil
+	}
+	sc.tmp = sh.appendHolders(sc.tmp[:0], n)
+	ab := sc.abuf[:0]
+	for _, w := range sc.tmp {
+		if w&altBit != 0 {
+			ab = append(ab, altHolder{w >> idShift, sh.alt[altKey{n.seq, w >> idShift}]})
+		}
+	}
+	sc.abuf = ab
+	return ab
 }
 
 // extendChains appends block i's engine hash to every live chain. Sources
