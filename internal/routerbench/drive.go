@@ -2,12 +2,8 @@ package routerbench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -20,24 +16,11 @@ import (
 	"kvrouter/internal/gateway"
 )
 
-// client is the closed-loop load: workers goroutines, each sending its
-// next request as soon as the previous one is answered, over keep-alive
-// connections on loopback.
+// client is the closed-loop load generator: each connection sends its next
+// request when the last is answered, on keep-alive connections on loopback
+// (see wire.go).
 type client struct {
-	http   *http.Client
 	bodies [][]byte
-}
-
-func newClient(conns int) *client {
-	return &client{http: &http.Client{Transport: &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConns:        conns,
-		MaxIdleConnsPerHost: conns,
-		IdleConnTimeout:     time.Minute,
-		DisableCompression:  true,
-		WriteBufferSize:     64 << 10, // a prompt in one write, as the router sends it
-	}}}
 }
 
 // phase is what one closed-loop run saw.
@@ -52,7 +35,11 @@ type phase struct {
 // run sends requests to url from conc goroutines for d. Requests in flight
 // when d is up are finished, not cancelled, so that every request the
 // router forwarded is counted on both sides.
-func (c *client) run(ctx context.Context, url string, conc int, d time.Duration) phase {
+func (c *client) run(ctx context.Context, addr, path string, conc int, d time.Duration) phase {
+	reqs := make([][]byte, len(c.bodies))
+	for i, b := range c.bodies {
+		reqs[i] = wireRequest(addr, path, b)
+	}
 	var (
 		next     atomic.Uint64
 		ok, bad  atomic.Int64
@@ -66,11 +53,16 @@ func (c *client) run(ctx context.Context, url string, conc int, d time.Duration)
 	end := start.Add(d)
 	for range conc {
 		wg.Go(func() {
+			conn := &wireConn{addr: addr}
+			defer conn.close()
 			mine := make([]time.Duration, 0, 4096)
 			for ctx.Err() == nil && time.Now().Before(end) {
-				body := c.bodies[next.Add(1)%uint64(len(c.bodies))]
+				req := reqs[next.Add(1)%uint64(len(reqs))]
 				t := time.Now()
-				err := c.post(ctx, url, body)
+				status, err := conn.post(req)
+				if err == nil && status != 200 {
+					err = fmt.Errorf("POST http://%s%s: status %d", addr, path, status)
+				}
 				switch {
 				case err == nil:
 					ok.Add(1)
@@ -92,26 +84,6 @@ func (c *client) run(ctx context.Context, url string, conc int, d time.Duration)
 	wg.Wait()
 	return phase{ok: ok.Load(), failed: bad.Load(), elapsed: time.Since(start), cpu: processCPU() - cpu0,
 		latency: lat, firstErr: firstErr}
-}
-
-func (c *client) post(ctx context.Context, url string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // traces collects the gateway's timing of the requests it sent while on.

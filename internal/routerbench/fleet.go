@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,48 +18,10 @@ import (
 // model is the one model the bench fleet serves.
 const model = "bench"
 
-// backend is the null engine every worker's URL points at: it reads the
-// request and answers a minimal completion at once, so that what a run
-// measures is the router.
-type backend struct {
-	srv  *http.Server
-	ln   net.Listener
-	url  string
-	hits atomic.Int64
-	done chan struct{}
-}
-
 // nullCompletion is the whole answer: OpenAI's shape, with the usage the
 // router reads on the way back.
 var nullCompletion = []byte(`{"id":"cmpl-null","object":"text_completion","model":"` + model +
 	`","choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
-
-func startBackend() (*backend, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("null backend: %w", err)
-	}
-	b := &backend{ln: ln, url: "http://" + ln.Addr().String(), done: make(chan struct{})}
-	length := strconv.Itoa(len(nullCompletion))
-	b.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		b.hits.Add(1)
-		h := w.Header()
-		h["Content-Type"] = []string{"application/json"}
-		h["Content-Length"] = []string{length}
-		w.Write(nullCompletion)
-	})}
-	go func() {
-		defer close(b.done)
-		b.srv.Serve(ln)
-	}()
-	return b, nil
-}
-
-func (b *backend) close() {
-	b.srv.Close()
-	<-b.done
-}
 
 // agents play the fleet's state agents: each registers its worker through
 // the discovery registry the router watches and answers the router's

@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	be, err := startBackend()
+	be, err := startNullEngine()
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 
-	c := newClient(cfg.Concurrency)
+	c := &client{}
 	for i := range bodies {
 		q, err := w.request(i, cfg.Workers)
 		if err != nil {
@@ -140,9 +140,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		c.bodies = append(c.bodies, q.body)
 	}
-	url := "http://" + g.Addr + "/v1/completions"
 	if cfg.Warmup > 0 {
-		if p := c.run(ctx, url, cfg.Concurrency, cfg.Warmup); p.ok == 0 {
+		if p := c.run(ctx, g.Addr, "/v1/completions", cfg.Concurrency, cfg.Warmup); p.ok == 0 {
 			return nil, fmt.Errorf("warm-up: no request went through: %v", p.firstErr)
 		}
 	}
@@ -155,7 +154,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("--cpuprofile: %w", err)
 		}
 	}
-	routed := c.run(ctx, url, cfg.Concurrency, cfg.Duration)
+	routed := c.run(ctx, g.Addr, "/v1/completions", cfg.Concurrency, cfg.Duration)
 	if cfg.Profile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -170,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	runtime.GC()
-	direct := c.run(ctx, be.url+"/v1/completions", cfg.Concurrency, cfg.Duration)
+	direct := c.run(ctx, be.ln.Addr().String(), "/v1/completions", cfg.Concurrency, cfg.Duration)
 	if direct.ok == 0 {
 		return nil, fmt.Errorf("no request reached the null engine directly: %v", direct.firstErr)
 	}
