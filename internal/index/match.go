@@ -16,6 +16,11 @@ type MatchOptions struct {
 // Match is one source's overlap with a request.
 type Match struct {
 	Source Source
+	// ID is the index's number for Source: no two sources the index holds
+	// at once share one, and a source keeps its number until it is
+	// removed (then the number may go to another). Callers key tables of
+	// their own by it rather than hash Source.
+	ID uint32
 	// Depth is the number of blocks from the root the source holds
 	// contiguously, on any tier.
 	Depth int
@@ -327,7 +332,7 @@ func (sc *scratch) results(dst []Match, srcs []*source, reached uint32) []Match 
 		k := &buckets[reached-st.depth]
 		m := &out[*k]
 		*k++
-		m.Source = srcs[id].key
+		m.Source, m.ID = srcs[id].key, id
 		m.Depth = int(st.depth)
 		m.DeviceDepth = int(st.dev)
 		for t := range numTiers {

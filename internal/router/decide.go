@@ -97,8 +97,9 @@ type group struct {
 	matches []index.Match
 	at      []int32 // by source slot: 1 + the position of its match, 0 for none
 	cands   []schedule.Candidate
-	// hit lists the ranks whose own source matched.
-	hit []tie
+	// hit lists the ranks whose own source matched; owned, the ranks
+	// naming a cache owner that matched.
+	hit, owned []tie
 }
 
 // match returns the match of the source in slot, if it matched.
@@ -115,7 +116,7 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 		g = &group{}
 	}
 	g.bs, g.ix, g.local = bs, r.set.Index(model, bs), kvhash.LocalHashes(tokens, bs, seed)
-	g.matches, g.cands, g.hit = g.matches[:0], g.cands[:0], g.hit[:0]
+	g.matches, g.cands, g.hit, g.owned = g.matches[:0], g.cands[:0], g.hit[:0], g.owned[:0]
 	if cap(g.at) < len(r.slotSrc) {
 		g.at = make([]int32, len(r.slotSrc))
 	}
@@ -123,19 +124,20 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 	clear(g.at)
 	if g.ix != nil && len(g.local) > 0 {
 		g.matches = g.ix.AppendMatch(g.matches, g.local, index.MatchOptions{Chains: true})
+		cache := r.caches[g.ix]
 		for i := range g.matches {
-			// Sources are found through the string-keyed tables, cheaper
-			// than hashing whole Sources; the ranks concerned are noted
-			// on the way.
-			src := &g.matches[i].Source
-			if src.Owner != "" {
-				if o := r.owners[src.Owner]; o != nil {
-					g.at[o.slot] = int32(i + 1)
-				}
-			} else if e := r.workers[src.Worker]; e != nil && e.w.HasRank(src.Rank) {
-				k := src.Rank - e.w.DPStart
-				g.at[e.ranks[k].slot] = int32(i + 1)
-				g.hit = append(g.hit, tie{e, k})
+			// The ranks concerned are noted on the way.
+			slot := r.slotOf(cache, &g.matches[i])
+			if slot < 0 {
+				continue
+			}
+			switch ref := &r.refs[slot]; {
+			case ref.o != nil:
+				g.at[slot] = int32(i + 1)
+				g.owned = append(g.owned, ref.owned...)
+			case ref.e != nil:
+				g.at[slot] = int32(i + 1)
+				g.hit = append(g.hit, tie{ref.e, ref.k})
 			}
 		}
 	}
@@ -147,6 +149,7 @@ func (r *Router) release(groups []*group) {
 		// Drop what would keep chains and hashes alive.
 		clear(g.matches)
 		clear(g.hit)
+		clear(g.owned)
 		g.ix, g.local = nil, nil
 		r.scratch.Put(g)
 	}
@@ -155,7 +158,7 @@ func (r *Router) release(groups []*group) {
 // Decide chooses the target for a request and the hint it gets. It sends
 // nothing and records nothing: see Commit.
 func (r *Router) Decide(req Request) (*Decision, error) {
-	r.mu.RLock()
+	r.rlockLinked()
 	defer r.mu.RUnlock()
 	ents := r.models[req.Model]
 	if len(ents) == 0 {

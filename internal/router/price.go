@@ -20,7 +20,6 @@ type loads struct {
 	of       []*group // by scored candidate, with several block sizes
 	ties     []tie
 	hit      []tie    // the ranks with work in flight
-	owned    []tie    // the ranks naming a cache owner that matched
 	mark     []uint32 // by rank slot: gen when the rank was priced
 	gen      uint32
 }
@@ -62,8 +61,7 @@ func (r *Router) releaseLoads(l *loads) {
 	clear(l.of) // keeps no group or entry alive
 	clear(l.ties)
 	clear(l.hit)
-	clear(l.owned)
-	l.of, l.ties, l.hit, l.owned = l.of[:0], l.ties[:0], l.hit[:0], l.owned[:0]
+	l.of, l.ties, l.hit = l.of[:0], l.ties[:0], l.hit[:0]
 	r.loads.Put(l)
 }
 
@@ -136,14 +134,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 	var c schedule.Candidate
 	// Ranks are warm through their own source's match, the match of the
 	// cache owner they name, or their load.
-	owned := ld.owned[:0]
-	for i := range g.matches {
-		if o := g.matches[i].Source.Owner; o != "" {
-			owned = append(owned, r.ownerRanks[o]...)
-		}
-	}
-	ld.owned = owned
-	for _, hits := range [3][]tie{g.hit, owned, ld.hit} {
+	for _, hits := range [3][]tie{g.hit, g.owned, ld.hit} {
 		for _, h := range hits {
 			slot := h.e.ranks[h.i].slot
 			if ld.mark[slot] == ld.gen || (filtered && !included(h.e)) {

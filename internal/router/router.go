@@ -72,10 +72,15 @@ type Router struct {
 	// ownerRanks lists the ranks naming each cache owner as their own, so
 	// that a decision finds the ranks an owner's match concerns.
 	ownerRanks map[string][]tie
-	tree       []int32 // by slot: blocks held, from RefreshSizes
-	free       []int32
-	scratch    sync.Pool // *group
-	loads      sync.Pool // *loads
+	// linked says refs (by slot) is current; caches (by index) lead from
+	// an index's source numbers to slots. See links.go.
+	linked  bool
+	refs    []slotRef
+	caches  map[*index.Index]*slotCache
+	tree    []int32 // by slot: blocks held, from RefreshSizes
+	free    []int32
+	scratch sync.Pool // *group
+	loads   sync.Pool // *loads
 
 	amu    sync.Mutex // approximate inventory; taken without mu held
 	approx map[index.Source]map[uint64]time.Time
@@ -141,6 +146,7 @@ func New(cfg Config) (*Router, error) {
 		slots:    map[index.Source]int32{},
 
 		ownerRanks: map[string][]tie{},
+		caches:     map[*index.Index]*slotCache{},
 	}, nil
 }
 
@@ -251,6 +257,7 @@ func (r *Router) apply(e *entry, w Worker, existed bool, now time.Time) error {
 			r.ownerRanks[id] = append(r.ownerRanks[id], tie{e, i})
 		}
 	}
+	r.unlink()
 	return nil
 }
 
@@ -279,6 +286,7 @@ func (r *Router) removeLocked(id string, now time.Time) {
 	}
 	r.unlinkOwners(e)
 	delete(r.workers, id)
+	r.unlink()
 	r.load.Forget(id)
 	r.indexModels()
 }
@@ -412,6 +420,7 @@ func (r *Router) indexModels() {
 
 // unlinkOwners takes e's ranks out of ownerRanks. Callers hold mu.
 func (r *Router) unlinkOwners(e *entry) {
+	r.unlink()
 	for i, ref := range e.ranks {
 		if ref.ownerSlot < 0 {
 			continue // names no owner
@@ -427,12 +436,17 @@ func (r *Router) unlinkOwners(e *entry) {
 
 // register binds src to its index and gives it a slot. Callers hold mu.
 func (r *Router) register(src index.Source, model string, blockSize int) error {
-	if _, err := r.set.Register(src, model, blockSize); err != nil {
+	ix, err := r.set.Register(src, model, blockSize)
+	if err != nil {
 		return err
+	}
+	if r.caches[ix] == nil {
+		r.caches[ix] = &slotCache{}
 	}
 	if _, ok := r.slots[src]; ok {
 		return nil
 	}
+	r.unlink()
 	var slot int32
 	if n := len(r.free); n > 0 {
 		slot, r.free = r.free[n-1], r.free[:n-1]
@@ -445,6 +459,7 @@ func (r *Router) register(src index.Source, model string, blockSize int) error {
 }
 
 func (r *Router) dropSource(src index.Source) {
+	r.unlink()
 	r.set.Remove(src)
 	delete(r.ready, src)
 	delete(r.sizes, src)

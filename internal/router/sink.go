@@ -65,6 +65,7 @@ func (s *Sink) current(src index.Source, claim bool) bool {
 		return false
 	}
 	s.r.owners[src.Owner] = &owner{worker: s.id, rank: -1, origin: e.w.Origin, slot: s.r.slots[src]}
+	s.r.unlink()
 	return true
 }
 

@@ -1,0 +1,125 @@
+package router
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"kvrouter/internal/index"
+)
+
+// A decision over a fleet of a thousand ranks gets a few hundred matches
+// back from the index. Finding each one's rank or cache owner through the
+// string-keyed tables cost as much as the match itself; instead the index's
+// number for the source leads to its slot (slotCache), and the slot to what
+// it is (slotRef).
+
+// slotRef is what a source slot stands for: a worker's rank or a cache
+// owner, with the ranks naming that owner as theirs.
+type slotRef struct {
+	e     *entry // a rank source: e.ranks[k]
+	k     int
+	o     *owner // a cache owner source
+	owned []tie
+}
+
+// unlink marks the slot refs stale; the next decision relinks them. Callers
+// hold mu for writing and call it whenever a slot, a worker's ranks or the
+// owners change.
+func (r *Router) unlink() { r.linked = false }
+
+// relink rebuilds the slot refs. Callers hold mu for writing.
+func (r *Router) relink() {
+	if cap(r.refs) < len(r.slotSrc) {
+		r.refs = make([]slotRef, len(r.slotSrc))
+	}
+	r.refs = r.refs[:len(r.slotSrc)]
+	clear(r.refs)
+	for _, e := range r.workers {
+		for k, ref := range e.ranks {
+			if r.valid(ref.slot, index.WorkerRank(e.w.ID, e.w.DPStart+k)) {
+				r.refs[ref.slot] = slotRef{e: e, k: k}
+			}
+		}
+	}
+	for id, o := range r.owners {
+		if r.valid(o.slot, index.CacheOwner(id)) {
+			r.refs[o.slot] = slotRef{o: o, owned: r.ownerRanks[id]}
+		}
+	}
+	r.linked = true
+}
+
+func (r *Router) valid(slot int32, src index.Source) bool {
+	return slot >= 0 && int(slot) < len(r.slotSrc) && r.slotSrc[slot] == src
+}
+
+// rlockLinked takes mu for reading with the slot refs current.
+func (r *Router) rlockLinked() {
+	r.mu.RLock()
+	for !r.linked {
+		r.mu.RUnlock()
+		r.mu.Lock()
+		if !r.linked {
+			r.relink()
+		}
+		r.mu.Unlock()
+		r.mu.RLock()
+	}
+}
+
+// slotOf returns the slot of a match's source, -1 when it has none.
+// Callers hold mu.
+func (r *Router) slotOf(c *slotCache, m *index.Match) int32 {
+	if slot := c.get(m.ID); slot >= 0 && r.slotSrc[slot] == m.Source {
+		return slot
+	}
+	slot, ok := r.slots[m.Source]
+	if !ok {
+		return -1
+	}
+	c.put(m.ID, slot)
+	return slot
+}
+
+// slotCache maps one index's source numbers to slots. Decisions fill it
+// under the read lock, hence the atomics; a hit counts only when the slot
+// still holds the match's source, so numbers and slots being reused leave
+// it wrong but never misleading.
+type slotCache struct {
+	mu sync.Mutex // taken to grow
+	t  atomic.Pointer[[]atomic.Int32]
+}
+
+func (c *slotCache) get(id uint32) int32 {
+	if c == nil {
+		return -1
+	}
+	if t := c.t.Load(); t != nil && int(id) < len(*t) {
+		return (*t)[id].Load() - 1
+	}
+	return -1
+}
+
+func (c *slotCache) put(id uint32, slot int32) {
+	if c == nil {
+		return
+	}
+	t := c.t.Load()
+	if t == nil || int(id) >= len(*t) {
+		c.mu.Lock()
+		if t = c.t.Load(); t == nil || int(id) >= len(*t) {
+			grown := make([]atomic.Int32, max(64, 2*int(id)+1))
+			if t != nil {
+				for i := range *t {
+					grown[i].Store((*t)[i].Load())
+				}
+			}
+			t = &grown
+			c.t.Store(t)
+		}
+		c.mu.Unlock()
+	}
+	// A put racing a grow may land in the old table and be lost: it is a
+	// cache.
+	(*t)[id].Store(slot + 1)
+}
