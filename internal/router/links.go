@@ -67,6 +67,17 @@ func (r *Router) rlockLinked() {
 	}
 }
 
+// canonical returns src spelled with the router's own strings, so that
+// the index keeps those (it keeps the first spelling it sees) and slotOf's
+// comparison finds equal pointers instead of comparing bytes. Callers hold
+// mu.
+func (r *Router) canonical(src index.Source) index.Source {
+	if slot, ok := r.slots[src]; ok {
+		return r.slotSrc[slot]
+	}
+	return src
+}
+
 // slotOf returns the slot of a match's source, -1 when it has none.
 // Callers hold mu.
 func (r *Router) slotOf(c *slotCache, m *index.Match) int32 {

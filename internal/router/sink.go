@@ -96,6 +96,7 @@ func (s *Sink) Apply(src index.Source, ops []index.Op) error {
 	s.r.mu.RLock()
 	ok := s.current(src, false)
 	if ok {
+		src = s.r.canonical(src)
 		// Applied under the read lock so that Remove, which takes the
 		// write lock, cannot interleave and leave blocks of a gone source.
 		err := s.r.set.Apply(src, ops...)
@@ -111,7 +112,7 @@ func (s *Sink) Apply(src index.Source, ops []index.Op) error {
 	if !s.current(src, true) {
 		return nil
 	}
-	return s.r.set.Apply(src, ops...)
+	return s.r.set.Apply(s.r.canonical(src), ops...)
 }
 
 // SetReady marks src usable (or not) as a hint source.
