@@ -10,10 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"kvrouter/internal/rawjson"
 	"math"
 	"unicode/utf8"
 
+	"kvrouter/internal/hints"
+	"kvrouter/internal/rawjson"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -81,6 +82,48 @@ func parseValid(kind Kind, body []byte) (*Request, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrBadRequest)
 	}
+	return parseMembers(kind, w, nil)
+}
+
+// parseClean reads a body in one pass, validating it and its prompt's
+// token ids at once, when that is all there is to do: a valid object that
+// carries nothing hints.Strip would remove and parses without error. ok
+// false leaves the body to the full path (Strip, then parseValid), which
+// gives the same answer and the errors.
+func parseClean(kind Kind, body []byte) (req *Request, ok bool) {
+	var ids, idsAt []byte
+	var tokens []uint32
+	ms, ok := rawjson.ScanObject(make([]rawjson.Member, 0, 8), body, func(key string, b []byte, i int) int {
+		if key != keyPrompt || kind != KindCompletion {
+			return -1
+		}
+		out, end, ok := plainTokenIDsAt(b, i)
+		if !ok {
+			return -1
+		}
+		tokens, ids, idsAt = out, b[i:end], b[i:]
+		return end
+	})
+	if !ok {
+		return nil, false
+	}
+	w := make(map[string]json.RawMessage, len(ms))
+	for _, m := range ms {
+		if hints.MayHold(m.Key) {
+			return nil, false
+		}
+		w[m.Key] = m.Value
+	}
+	if p := w[keyPrompt]; ids == nil || len(p) != len(ids) || &p[0] != &idsAt[0] {
+		tokens = nil // not the prompt that counts (a duplicate key follows)
+	}
+	req, err := parseMembers(kind, w, tokens)
+	return req, err == nil
+}
+
+// parseMembers reads a request from its top-level members; tokens, when
+// set, are the prompt's ids already read.
+func parseMembers(kind Kind, w map[string]json.RawMessage, tokens []uint32) (*Request, error) {
 	req := &Request{Kind: kind, AddGenerationPrompt: true}
 	var err error
 	if req.Model, err = str(w[keyModel], keyModel, true); err != nil {
@@ -107,7 +150,7 @@ func parseValid(kind Kind, body []byte) (*Request, error) {
 		if len(p) == 0 || isNull(p) {
 			return nil, fmt.Errorf("%w: prompt is required", ErrBadRequest)
 		}
-		if err := req.parsePrompt(p); err != nil {
+		if err := req.parsePrompt(p, tokens); err != nil {
 			return nil, err
 		}
 	case KindChat:
@@ -124,7 +167,7 @@ func parseValid(kind Kind, body []byte) (*Request, error) {
 // parsePrompt accepts the four prompt shapes of /v1/completions: a string,
 // a list of strings, token ids, a list of token id lists. A batch goes to
 // one worker, so it is routed by its first prompt.
-func (r *Request) parsePrompt(raw json.RawMessage) error {
+func (r *Request) parsePrompt(raw json.RawMessage, tokens []uint32) error {
 	if raw[0] == '"' {
 		return json.Unmarshal(raw, &r.Prompt)
 	}
@@ -148,9 +191,13 @@ func (r *Request) parsePrompt(raw json.RawMessage) error {
 		r.HasTokens = true
 		return err
 	}
+	r.HasTokens = true
+	if tokens != nil {
+		r.Tokens = tokens
+		return nil
+	}
 	var err error
 	r.Tokens, err = tokenIDs(raw, "prompt")
-	r.HasTokens = true
 	return err
 }
 
@@ -186,45 +233,62 @@ func decodeTokenIDs(raw json.RawMessage, field string) ([]uint32, error) {
 // took a quarter of the router's CPU on id prompts.
 func plainTokenIDs(raw []byte) (out []uint32, ok bool) {
 	i := rawjson.SkipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '[' {
+	out, end, ok := plainTokenIDsAt(raw, i)
+	if !ok || rawjson.SkipSpace(raw, end) != len(raw) {
 		return nil, false
 	}
-	out = make([]uint32, 0, bytes.Count(raw, []byte{','})+1)
-	if i = rawjson.SkipSpace(raw, i+1); i < len(raw) && raw[i] == ']' {
-		return out, true
+	return out, true
+}
+
+// plainTokenIDsAt reads such a list starting at b[i] and returns the offset
+// just past it. It accepts only valid JSON (no leading zeros), so what it
+// reads needs no other validation.
+func plainTokenIDsAt(b []byte, i int) (out []uint32, end int, ok bool) {
+	if i >= len(b) || b[i] != '[' {
+		return nil, 0, false
 	}
-	for i < len(raw) {
+	// Sized by the commas up to the list's end (a list of numbers has no
+	// nested bracket): one allocation.
+	n := bytes.IndexByte(b[i:], ']')
+	if n < 0 {
+		return nil, 0, false
+	}
+	out = make([]uint32, 0, bytes.Count(b[i:i+n], []byte{','})+1)
+	if i = rawjson.SkipSpace(b, i+1); i < len(b) && b[i] == ']' {
+		return out, i + 1, true
+	}
+	for i < len(b) {
 		start := i
 		var v uint64
-		for ; i < len(raw); i++ {
-			d := raw[i] - '0'
+		for ; i < len(b); i++ {
+			d := b[i] - '0'
 			if d > 9 {
 				break
 			}
 			v = v*10 + uint64(d)
 		}
 		// Ten digits cannot overflow v; more are too large anyway.
-		if i == start || i-start > 10 || v > math.MaxUint32 {
-			return nil, false
+		if i == start || i-start > 10 || v > math.MaxUint32 || (b[start] == '0' && i-start > 1) {
+			return nil, 0, false
 		}
 		out = append(out, uint32(v))
-		if i < len(raw) && raw[i] == ',' && i+1 < len(raw) && raw[i+1]-'0' <= 9 {
+		if i < len(b) && b[i] == ',' && i+1 < len(b) && b[i+1]-'0' <= 9 {
 			i++ // the usual "1,2,3": no whitespace to skip
 			continue
 		}
-		if i = rawjson.SkipSpace(raw, i); i >= len(raw) {
-			return nil, false
+		if i = rawjson.SkipSpace(b, i); i >= len(b) {
+			return nil, 0, false
 		}
-		switch raw[i] {
+		switch b[i] {
 		case ',':
-			i = rawjson.SkipSpace(raw, i+1)
+			i = rawjson.SkipSpace(b, i+1)
 		case ']':
-			return out, true
+			return out, i + 1, true
 		default:
-			return nil, false
+			return nil, 0, false
 		}
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 func (r *Request) parseMessages(raw json.RawMessage) error {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"kvrouter/internal/hints"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -245,6 +246,61 @@ func BenchmarkTokenIDs(b *testing.B) {
 	for b.Loop() {
 		if _, err := tokenIDs(raw, "prompt"); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// FuzzParseClean: the one-pass reading of a body, when it answers, answers
+// as stripping and parsing it in full does; it declines bodies with
+// anything to strip.
+func FuzzParseClean(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":[1,2,3]}`, `{"model":"m","prompt":[01]}`, `{"model":"m","prompt":[1],"prompt":[2,3]}`,
+		`{"model":"m","prompt":[[1,2],[3]]}`, `{"model":"m","prompt":"hi","kv_hints":{}}`, `{"model":"m","prompt":[1, 2 ,3 ] , "stream":true}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, `{"model":"m","prompt":[4294967296]}`, `{"model":"m","prompt":[1,2,]}`,
+	} {
+		f.Add(false, []byte(s))
+	}
+	f.Add(true, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"kv_transfer_params":null}`))
+	f.Fuzz(func(t *testing.T, chat bool, body []byte) {
+		kind := KindCompletion
+		if chat {
+			kind = KindChat
+		}
+		got, ok := parseClean(kind, body)
+		if !ok {
+			return
+		}
+		stripped, changed, err := hints.Strip(body)
+		if err != nil || changed {
+			t.Fatalf("parseClean took %q, which Strip %v (changed %v)", body, err, changed)
+		}
+		want, err := parseValid(kind, stripped)
+		if err != nil {
+			t.Fatalf("parseClean took %q, which parseValid refuses: %v", body, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nparseClean %+v\nparseValid %+v", body, got, want)
+		}
+	})
+}
+
+func TestParseCleanTakes(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"model":"m","prompt":[1,2,3],"max_tokens":4}`: true,
+		` {"model":"m","prompt": [ 1 , 2 ] } `:           true,
+		`{"model":"m","prompt":"hello"}`:                 true,
+		`{"model":"m","prompt":[1,2,3],"kv_hints":{}}`:   false, // Strip's to remove
+		`{"model":"m","prompt":[01]}`:                    false, // not JSON
+		`{"model":"m","prompt":[1,2,3]`:                  false,
+		`{"prompt":[1,2,3]}`:                             false, // no model: the full path says so
+	} {
+		req, ok := parseClean(KindCompletion, []byte(body))
+		if ok != want {
+			t.Errorf("%s: ok = %v, want %v", body, ok, want)
+		}
+		if ok && req.HasTokens && !slices.Equal(req.Tokens, []uint32{1, 2, 3}[:len(req.Tokens)]) {
+			t.Errorf("%s: tokens %v", body, req.Tokens)
 		}
 	}
 }

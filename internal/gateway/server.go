@@ -182,13 +182,15 @@ func readAll(rd io.Reader, length, limit int64) ([]byte, error) {
 // prepare does everything before the routing decision. Stripping client
 // hints comes first: nothing downstream may see them.
 func (s *Server) prepare(r *http.Request, body []byte, kind Kind) (*prepared, *apiError) {
+	req, ok := parseClean(kind, body)
 	var err error
-	if body, _, err = hints.Strip(body); err != nil {
-		return nil, badRequest(fmt.Errorf("%w: %v", ErrBadRequest, err))
-	}
-	req, err := parseValid(kind, body) // Strip validated it
-	if err != nil {
-		return nil, badRequest(err)
+	if !ok {
+		if body, _, err = hints.Strip(body); err != nil {
+			return nil, badRequest(fmt.Errorf("%w: %v", ErrBadRequest, err))
+		}
+		if req, err = parseValid(kind, body); err != nil { // Strip validated it
+			return nil, badRequest(err)
+		}
 	}
 	p := &prepared{kind: kind, body: body, req: req, id: r.Header.Get(headerRequestID)}
 	if p.id == "" {

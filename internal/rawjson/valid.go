@@ -12,18 +12,24 @@ const maxDepth = 10000
 // tenth of the router's CPU; this one runs tight loops over strings and
 // numbers.
 func Valid(b []byte) bool {
+	i := ValidValue(b, SkipSpace(b, 0))
+	return i >= 0 && SkipSpace(b, i) == len(b)
+}
+
+// ValidValue returns the offset just past the JSON value starting at b[i],
+// or -1 when there is no valid value there.
+func ValidValue(b []byte, i int) int {
 	var buf [64]byte
 	stack := buf[:0] // the open containers: '{' or '['
-	i := SkipSpace(b, 0)
 	for {
 		// A value starts at i.
 		if i >= len(b) {
-			return false
+			return -1
 		}
 		switch c := b[i]; {
 		case c == '{' || c == '[':
 			if len(stack) >= maxDepth {
-				return false
+				return -1
 			}
 			stack = append(stack, c)
 			if i = SkipSpace(b, i+1); i < len(b) && b[i] == c+2 { // '}' or ']'
@@ -33,7 +39,7 @@ func Valid(b []byte) bool {
 			}
 			if c == '{' {
 				if i = scanKey(b, i); i < 0 {
-					return false
+					return -1
 				}
 			}
 			continue
@@ -48,19 +54,18 @@ func Valid(b []byte) bool {
 		case c == 'n':
 			i = literal(b, i, "null")
 		default:
-			return false
+			return -1
 		}
 		if i < 0 {
-			return false
+			return -1
 		}
 		// After a value: a comma and the next, or closing brackets.
 		for {
-			i = SkipSpace(b, i)
 			if len(stack) == 0 {
-				return i == len(b)
+				return i
 			}
-			if i >= len(b) {
-				return false
+			if i = SkipSpace(b, i); i >= len(b) {
+				return -1
 			}
 			top := stack[len(stack)-1]
 			if b[i] == top+2 {
@@ -69,7 +74,7 @@ func Valid(b []byte) bool {
 				continue
 			}
 			if b[i] != ',' {
-				return false
+				return -1
 			}
 			if top == '[' {
 				// Token ids, most of a long body: plain integers followed
@@ -85,7 +90,7 @@ func Valid(b []byte) bool {
 			i = SkipSpace(b, i+1)
 			if top == '{' {
 				if i = scanKey(b, i); i < 0 {
-					return false
+					return -1
 				}
 			}
 			break

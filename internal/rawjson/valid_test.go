@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // validCases are edge cases of the grammar and the nesting limit.
@@ -65,6 +66,40 @@ func FuzzValid(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if got, want := Valid(b), json.Valid(b); got != want {
 			t.Fatalf("Valid(%q) = %v, json.Valid says %v", b, got, want)
+		}
+	})
+}
+
+// FuzzScanObject: ScanObject accepts exactly the JSON objects, and finds
+// the members encoding/json does (the last of duplicate keys winning).
+func FuzzScanObject(f *testing.F) {
+	for _, c := range []string{`{}`, ` {"a":1, "b" : [1,2,{"c":"d"}], "\u0061":null} `, `{"a":1,}`, `{"a" 1}`, `[1]`, `{"a":1}x`, `{"a":"\q"}`} {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ms, ok := ScanObject(nil, b, nil)
+		var want map[string]json.RawMessage
+		wantOK := json.Valid(b) && json.Unmarshal(b, &want) == nil && want != nil
+		if ok != wantOK {
+			t.Fatalf("ScanObject(%q) ok = %v, encoding/json says %v", b, ok, wantOK)
+		}
+		if !ok {
+			return
+		}
+		got := map[string]string{}
+		for _, m := range ms {
+			if !utf8.ValidString(m.Key) {
+				return // encoding/json names such a key with U+FFFD; callers match ASCII keys
+			}
+			got[m.Key] = string(m.Value)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("ScanObject(%q): %d keys, want %d", b, len(got), len(want))
+		}
+		for k, v := range want {
+			if got[k] != string(v) {
+				t.Fatalf("ScanObject(%q)[%q] = %s, want %s", b, k, got[k], v)
+			}
 		}
 	})
 }
