@@ -218,21 +218,87 @@ type usage struct {
 }
 
 // responseUsage returns the usage of a non-streamed answer, nil when it
-// has none or is not JSON. Only the usage member is decoded: the rest (the
+// has none or is not JSON. Only the usage member is read: the rest (the
 // generated text) is passed on as it came.
 func responseUsage(b []byte) *usage {
-	if !bytes.Contains(b, []byte(`"usage"`)) || !rawjson.Valid(b) {
+	if !bytes.Contains(b, []byte(`"usage"`)) {
 		return nil
 	}
-	m, ok := members(b)
+	top, ok := rawjson.ScanObject(nil, b, nil)
 	if !ok {
 		return nil
 	}
-	var u *usage
-	if raw := m["usage"]; len(raw) > 0 && json.Unmarshal(raw, &u) != nil {
+	raw := lastMember(top, "usage")
+	if raw == nil || isNull(raw) {
+		return nil
+	}
+	u, ok := readUsage(raw)
+	if !ok {
 		return nil
 	}
 	return u
+}
+
+// readUsage reads a usage object (valid JSON) without reflection: it is
+// read once per request. ok is false where encoding/json would fail too.
+func readUsage(raw []byte) (*usage, bool) {
+	ms, ok := rawjson.ScanObject(nil, raw, nil)
+	if !ok {
+		return nil, false
+	}
+	u := &usage{}
+	if u.PromptTokens, ok = intMember(ms, "prompt_tokens"); !ok {
+		return nil, false
+	}
+	nested := func(key, field string) (n int, set, ok bool) {
+		v := lastMember(ms, key)
+		if v == nil || isNull(v) {
+			return 0, false, true
+		}
+		inner, ok := rawjson.ScanObject(nil, v, nil)
+		if !ok {
+			return 0, false, false
+		}
+		n, ok = intMember(inner, field)
+		return n, true, ok
+	}
+	if n, set, ok := nested("prompt_tokens_details", "cached_tokens"); !ok {
+		return nil, false
+	} else if set {
+		u.Details = &struct {
+			CachedTokens int `json:"cached_tokens"`
+		}{n}
+	}
+	if n, set, ok := nested("kvrouter", "peer_restored_tokens"); !ok {
+		return nil, false
+	} else if set {
+		u.KVRouter = &struct {
+			PeerRestoredTokens int `json:"peer_restored_tokens"`
+		}{n}
+	}
+	return u, true
+}
+
+// lastMember returns the value of the last member named key (as encoding/json
+// keeps the last of duplicates), nil when there is none.
+func lastMember(ms []rawjson.Member, key string) []byte {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Key == key {
+			return ms[i].Value
+		}
+	}
+	return nil
+}
+
+// intMember reads an integer member; absent or null is 0, as encoding/json
+// leaves it.
+func intMember(ms []rawjson.Member, key string) (int, bool) {
+	v := lastMember(ms, key)
+	if v == nil || isNull(v) {
+		return 0, true
+	}
+	n, err := strconv.Atoi(string(v))
+	return n, err == nil
 }
 
 var errClientGone = errors.New("client went away")

@@ -289,6 +289,10 @@ func TestResponseUsage(t *testing.T) {
 		{body: `{"usage":{"prompt_tokens":9}`, none: true},
 		{body: `{"usage":{"prompt_tokens":"x"}}`, none: true},
 		{body: `["usage"]`, none: true},
+		{body: `{"usage":{"prompt_tokens":9,"prompt_tokens_details":null,"kvrouter":{"peer_restored_tokens":3}}}`, peer: 3},
+		{body: `{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":1.5}}}`, none: true},
+		{body: `{"usage":{"prompt_tokens":9,"kvrouter":[]}}`, none: true},
+		{body: `{"usage":{"prompt_tokens":7},"usage":{"prompt_tokens":9}}`},
 	}
 	for _, tc := range tests {
 		u := responseUsage([]byte(tc.body))
