@@ -20,6 +20,7 @@ func newBenchRoutingCmd() *cobra.Command {
 		o                       routingbench.Options
 		prefillUS, decodeMS     float64
 		restoreUS, setupMS      float64
+		pullSetupMS             float64
 		verbose                 bool
 		full, quick             = routingbench.Full(), routingbench.Quick()
 		fw, qw                  = full.Agentic, quick.Agentic
@@ -51,8 +52,8 @@ router's flags differ.
 Calibration. The cost policy hints when setup + bytes/bandwidth is below
 tokens/prefill_rate, so every term is set to what the engines really cost in
 wall time. --hint-prefill-tokens-per-s = 1e6 / --prefill-us-per-token ×
---speedup (simulated time runs --speedup times faster; peer pulls take their
-real time). The pull's fixed cost and rate are measured first, in this very
+--speedup (simulated time runs --speedup times faster; a pull's transfer takes
+its real time). The pull's fixed cost and rate are measured first, in this very
 cluster: a calibration router forces prompts of 2, 12 and 48 blocks onto engine
 A, then onto B with a hint, and B's peer-pull histogram gives each pull's wall
 time; a line through the medians gives --hint-setup-ms (intercept) and the
@@ -63,14 +64,19 @@ prefix length beyond which a pull wins) is printed, with the recompute rate the
 probes saw (the mocker's real CPU work per block comes on top of the simulated
 cost) as a check. --hint-bandwidth-gbps skips the measurement.
 
-For example, with the defaults (64-token blocks of 1 MiB, 75 µs per token) and
-pulls measured at 9 Gbit/s with 0.5 ms of setup on a 2-core VM, a token costs
-14.6 µs to pull plus 5 µs to restore, against 75 µs to recompute: the
-crossover is about 9 tokens, and a prefix long enough to hint is worth
-pulling. Loopback pulls have next to no fixed cost, so a crossover of
-thousands of tokens would take a recompute dearer than a pull by a fraction
-of a microsecond per token (about --speedup 4.7 here), where a small drop in
-bandwidth under load turns every hint into a loss.
+The fixed cost of a pull. On a real fleet a pull pays a fixed cost before its
+first byte moves: the transfer engine's setup (memory registration, connection
+or queue pair), the source scheduling the read beside its own batch, control
+round trips over a real network. That is why pulling beats recomputing only
+beyond a crossover of a few thousand tokens. Loopback has next to none of it,
+so the engines simulate it: each waits --pull-setup-ms (divided by --speedup,
+like every simulated cost) before a pull, whose blocks then really move over
+TCP, and the probe pulls measure it back as the intercept. With the defaults
+(64-token blocks of 1 MiB, 75 µs per token, 130 ms) and pulls at ~7.5 Gbit/s
+on a 2-core VM, a token costs ~17 µs to pull plus 5 µs to restore against 75
+µs to recompute, a gain of ~53 µs: the crossover is about 130 ms / 53 µs =
+2,500 tokens, and kv_hints hints only a longer missing prefix. --pull-setup-ms
+0 gives plain loopback, where the crossover is a few tokens.
 
 Presets (a flag left at 0 takes them): full %d sessions x %d turns, bursts of
 %d every %v; --quick %d x %d, bursts every %v, the trace cut to %d requests at
@@ -102,6 +108,10 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 			o.DecodePerToken = time.Duration(decodeMS * float64(time.Millisecond))
 			o.RestorePerToken = time.Duration(restoreUS * float64(time.Microsecond))
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
+			o.PullSetup = time.Duration(pullSetupMS * float64(time.Millisecond))
+			if pullSetupMS == 0 {
+				o.PullSetup = -1 // none, rather than the preset's
+			}
 			o.Agentic.Sessions, o.Agentic.Turns, o.Agentic.BurstSize = sessions, turns, burst
 			o.Agentic.ThinkTime, o.Agentic.BurstInterval = think, burstEvery
 			o.Agentic.ArrivalRate, o.Agentic.Seed = rate, seed
@@ -128,9 +138,10 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 	f.Float64Var(&prefillUS, "prefill-us-per-token", us(full.PrefillPerToken), "simulated prefill cost per computed prompt token, µs")
 	f.Float64Var(&decodeMS, "decode-ms-per-token", float64(full.DecodePerToken)/float64(time.Millisecond), "simulated cost of one engine step (inter-token latency), ms")
 	f.Float64Var(&restoreUS, "restore-us-per-token", us(full.RestorePerToken), "simulated cost of copying a restored token into the GPU pool, µs")
+	f.Float64Var(&pullSetupMS, "pull-setup-ms", ms(full.PullSetup), "simulated fixed cost of every peer pull, ms (mocker --pull-setup-ms; wall time = this / --speedup): a real fleet's transfer setup, which loopback lacks; 0 adds none")
 	f.Float64Var(&o.Speedup, "speedup", 0, fmt.Sprintf("simulated time runs this many times faster than the wall; 0 takes the preset (%g, --quick %g)", full.Speedup, quick.Speedup))
 	f.Float64Var(&o.HintBandwidthGbps, "hint-bandwidth-gbps", 0, "peer pull rate (Gbit/s, transfer alone) instead of measuring it; the restore is still folded in")
-	f.Float64Var(&setupMS, "hint-setup-ms", 0, "fixed cost of a pull, ms; 0 takes the measured one (or 0 with --hint-bandwidth-gbps)")
+	f.Float64Var(&setupMS, "hint-setup-ms", 0, "fixed cost of a pull the router assumes, wall ms; 0 takes the measured one (with --hint-bandwidth-gbps, --pull-setup-ms / --speedup)")
 	f.IntVar(&o.ProbeRepeats, "probe-repeats", 0, fmt.Sprintf("calibration pulls per size; 0 takes the preset (%d, --quick %d)", full.ProbeRepeats, quick.ProbeRepeats))
 	f.IntVar(&sessions, "sessions", 0, fmt.Sprintf("agentic: conversations; 0 takes the preset (%d, --quick %d)", fw.Sessions, qw.Sessions))
 	f.IntVar(&turns, "turns", 0, fmt.Sprintf("agentic: requests per conversation; 0 takes the preset (%d, --quick %d)", fw.Turns, qw.Turns))
@@ -153,3 +164,5 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

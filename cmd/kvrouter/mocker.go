@@ -18,7 +18,7 @@ func init() { commands = append(commands, newMockerCmd) }
 func newMockerCmd() *cobra.Command {
 	var c mocker.Config
 	var flavor, logLevel string
-	var prefillUS, decodeMS, restoreUS float64
+	var prefillUS, decodeMS, restoreUS, pullSetupMS float64
 	cmd := &cobra.Command{
 		Use:   "mocker",
 		Short: "Run a simulated vLLM/SGLang engine with a real KV cache runner",
@@ -30,6 +30,17 @@ rank, serving peers on --control-port + attention rank, attention rank =
 dp_rank*tp + tp_rank), and a request's kv.fetch hint makes the runner pull blocks
 from the named peer over TCP. Output tokens depend on the KV bytes the GPU pool
 holds, so a wrong restore would change the answer.
+
+Simulated time: prefill (--prefill-us-per-token), decode steps
+(--decode-ms-per-token), restores into the GPU pool (--restore-us-per-token) and
+the fixed cost of a peer pull (--pull-setup-ms) are waited out, divided by
+--speedup; a pull's blocks really move over TCP, in real time. A pull on a real
+fleet pays a fixed cost before its first byte moves: the transfer engine's setup
+(memory registration, connection or queue pair), the source scheduling the read
+beside its own batch, and control round trips on a real network. Loopback has
+next to none of it, so without --pull-setup-ms even a short prefix pulls faster
+than it recomputes; with it, a pull wins only beyond a crossover of setup /
+(recompute - pull cost per token) tokens, a few thousand on real fleets.
 
 Each DP rank publishes the flavour's KV events on ZMQ (port + dp_rank): GPU
 stores and removals, and the runner's inventory (SGLang: medium EXTERNAL;
@@ -57,6 +68,7 @@ header, else the least loaded.`,
 			c.PrefillPerToken = time.Duration(prefillUS * float64(time.Microsecond))
 			c.DecodePerToken = time.Duration(decodeMS * float64(time.Millisecond))
 			c.RestorePerToken = time.Duration(restoreUS * float64(time.Microsecond))
+			c.PullSetup = time.Duration(pullSetupMS * float64(time.Millisecond))
 			e, err := mocker.Start(c)
 			if err != nil {
 				return err
@@ -95,7 +107,8 @@ header, else the least loaded.`,
 	f.Float64Var(&prefillUS, "prefill-us-per-token", float64(mocker.DefaultPrefillPerToken/time.Microsecond), "simulated prefill cost per prompt token computed, in microseconds")
 	f.Float64Var(&decodeMS, "decode-ms-per-token", float64(mocker.DefaultDecodePerToken/time.Millisecond), "simulated cost of one engine step (the inter-token latency), in milliseconds")
 	f.Float64Var(&restoreUS, "restore-us-per-token", float64(mocker.DefaultRestorePerToken/time.Microsecond), "simulated cost per token of copying a block from the runner into the GPU pool, in microseconds")
-	f.Float64Var(&c.Speedup, "speedup", 1, "simulated time runs this many times faster than wall time (peer pulls always take their real time)")
+	f.Float64Var(&pullSetupMS, "pull-setup-ms", 0, "simulated fixed cost of each peer pull, in milliseconds, paid before its blocks move (transfer-engine setup, remote scheduling, control round trip); 0 adds none")
+	f.Float64Var(&c.Speedup, "speedup", 1, "simulated time runs this many times faster than wall time (a peer pull's transfer always takes its real time)")
 	f.StringVar(&c.EventsEndpoint, "kv-events-endpoint", mocker.DefaultEventsEndpoint, "ZMQ PUB endpoint of DP rank 0 (rank r: port + r); binds when it holds a wildcard")
 	f.StringVar(&c.ReplayEndpoint, "kv-events-replay-endpoint", mocker.DefaultReplayEndpoint, "ZMQ ROUTER replay endpoint of DP rank 0 (rank r: port + r); \"none\" disables replay")
 	f.StringVar(&c.Topic, "kv-events-topic", "", "topic frame of every event message; empty, or kv@<advertise-host>:<http-port>@<model> with --kv-events-connect")

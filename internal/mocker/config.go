@@ -90,7 +90,13 @@ type Config struct {
 	PrefillPerToken time.Duration // per prompt token computed
 	DecodePerToken  time.Duration // per step: the inter-token latency
 	RestorePerToken time.Duration // per token copied from the runner into the GPU pool
-	Speedup         float64       // simulated time runs this much faster than the wall
+	// PullSetup is the simulated fixed cost of one peer pull, paid before
+	// its blocks move (which they really do, over TCP, in real time): what
+	// a fleet spends per transfer on the transfer engine's setup, the
+	// source's scheduling of the read and the control round trips, all of
+	// which loopback has next to none of. 0 adds nothing.
+	PullSetup time.Duration
+	Speedup   float64 // simulated time runs this much faster than the wall
 
 	EventsEndpoint string // PUB per DP rank (port + rank); binds on a wildcard
 	ReplayEndpoint string // replay ROUTER per DP rank; "none" disables
@@ -206,6 +212,9 @@ func (c *Config) validate() error {
 	}
 	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.RestorePerToken < 0 {
 		return configErr("prefill-us-per-token", "timings must not be negative")
+	}
+	if c.PullSetup < 0 {
+		return configErr("pull-setup-ms", "must not be negative, got %v", c.PullSetup)
 	}
 	if c.AdvertiseHost == "" {
 		return configErr("advertise-host", "must name the host peers dial")

@@ -12,8 +12,8 @@
 // goroutines), a runner shard per TP rank on control_port + attention rank,
 // and a ZMQ event publisher on the rank's offset port emitting exactly the
 // flavour's KV event wire. Simulated time (prefill cost per token, decode
-// cost per step) runs on an injected clock, compressed by Speedup; a peer
-// pull costs its real transfer time.
+// cost per step, the fixed setup of a peer pull) runs on an injected clock,
+// compressed by Speedup; a peer pull's transfer takes its real time.
 //
 // The HTTP API is OpenAI-compatible (completions and chat, streaming or
 // not), with vLLM's /tokenize, SGLang's /get_server_info or a vLLM engine

@@ -193,7 +193,17 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 		e.metrics.hint(outcomeLocal)
 		return
 	}
-	start := time.Now() // a real transfer: wall time, not simulated time
+	// The histogram measures the pull as the request sees it: the
+	// simulated setup (wall time = simulated / Speedup) then the real
+	// transfer.
+	start := time.Now()
+	if !e.pullSetup(ctx) {
+		// Cancelled during the setup: nothing pulled, all recomputed (if
+		// the request still runs at all).
+		e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
+		e.metrics.hint(outcomeFailed)
+		return
+	}
 	p := r.tier.fetch(ctx, seq.ID, parsed.Hint.Endpoint, want)
 	e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
 	j.pull = p
@@ -215,6 +225,21 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 	if p.err != nil {
 		e.log.Debug("peer pull incomplete; recomputing the rest", "request", seq.ID,
 			"source", parsed.Hint.Endpoint, "pulled", len(p.keys), "wanted", len(want), "err", p.err)
+	}
+}
+
+// pullSetup waits out the simulated fixed cost of a peer pull on the
+// engine's clock; false when ctx ended first.
+func (e *Engine) pullSetup(ctx context.Context) bool {
+	d := time.Duration(float64(e.cfg.PullSetup) / e.cfg.Speedup)
+	if d <= 0 {
+		return true
+	}
+	select {
+	case <-e.cfg.Clock.After(d):
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

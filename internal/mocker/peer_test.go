@@ -2,8 +2,13 @@ package mocker
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvhash"
@@ -193,5 +198,138 @@ func TestPeerSecret(t *testing.T) {
 				t.Fatalf("restored %d tokens, want %d; %q vs %q", got.Usage.KVRouter.PeerRestoredTokens, c.restored, got.text(), onA.text())
 			}
 		})
+	}
+}
+
+// metricValue is the value of the sample line that starts with name (and
+// a space), or -1 when /metrics has none.
+func metricValue(t testing.TB, e *Engine, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(e.URL() + pathMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+// TestPullSetup: a peer pull pays the simulated setup (divided by the
+// speedup, in wall time) on top of its real transfer, the request sees it
+// and the pull histogram counts it; the blocks still arrive and the answer
+// is the source's.
+func TestPullSetup(t *testing.T) {
+	const setup, speedup = 40 * time.Second, 200 // 200 ms of wall time
+	a := startEngine(t, func(c *Config) { c.Speedup = speedup })
+	b := startEngine(t, func(c *Config) { c.Speedup, c.PullSetup = speedup, setup })
+	prompt := longPrompt(t, a, "setup", 600)
+	tokens := tokenize(t, a, prompt)
+	onA := complete(t, a, peerBody(prompt, nil))
+
+	start := time.Now()
+	onB := complete(t, b, peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
+	took := time.Since(start)
+	wall := setup / speedup
+	if got, want := onB.Usage.KVRouter.PeerRestoredTokens, len(tokens)/64*64; got != want {
+		t.Fatalf("restored %d tokens, want %d", got, want)
+	}
+	if onB.text() != onA.text() {
+		t.Fatalf("B answered %q, A %q", onB.text(), onA.text())
+	}
+	if took < wall {
+		t.Fatalf("the hinted request took %v, less than the pull setup %v", took, wall)
+	}
+	if got := metricValue(t, b, metricPeerPull+"_sum"); got < wall.Seconds() {
+		t.Fatalf("pull histogram sum %vs, want at least the setup %v", got, wall)
+	}
+	if got := metricValue(t, b, metricPeerPull+"_count"); got != 1 {
+		t.Fatalf("pull histogram count %v, want 1", got)
+	}
+	// The source paid nothing: it pulled nothing.
+	if got := metricValue(t, a, metricPeerPull+"_count"); got != 0 {
+		t.Fatalf("source counted %v pulls", got)
+	}
+}
+
+// TestPullSetupClock: the setup is waited out on the engine's clock, as
+// exactly PullSetup / Speedup, before the request's first step; a request
+// with nothing to pull (no hint) waits for no setup.
+func TestPullSetupClock(t *testing.T) {
+	a := startEngine(t, nil)
+	clock := &stepClock{waits: make(chan wait)}
+	b := startEngine(t, func(c *Config) {
+		c.Clock, c.Speedup, c.PullSetup = clock, 4, 300*time.Millisecond
+		c.PrefillPerToken, c.DecodePerToken, c.RestorePerToken = 100*time.Microsecond, 10*time.Millisecond, 0
+	})
+	prompt := longPrompt(t, a, "clock", 200)
+	tokens := tokenize(t, a, prompt)
+	complete(t, a, peerBody(prompt, nil))
+
+	send := func(body map[string]any) chan completion {
+		done := make(chan completion, 1)
+		r := jsonBody(t, body)
+		go func() {
+			var out completion
+			if resp, err := http.Post(b.URL()+pathCompletions, contentJSON, r); err == nil {
+				_ = json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+			}
+			done <- out
+		}()
+		return done
+	}
+	// finish lets every later wait elapse at once.
+	finish := func(done chan completion) completion {
+		for {
+			select {
+			case w := <-clock.waits:
+				w.ch <- clock.Now()
+			case c := <-done:
+				return c
+			}
+		}
+	}
+
+	done := send(peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
+	w := <-clock.waits
+	if want := 300 * time.Millisecond / 4; w.d != want {
+		t.Fatalf("first wait %v, want the pull setup %v", w.d, want)
+	}
+	if got := metricValue(t, b, metricPeerPull+"_count"); got != 0 {
+		t.Fatalf("pull counted (%v) before its setup elapsed", got)
+	}
+	w.ch <- clock.Now()
+	if got := finish(done); got.Usage.KVRouter.PeerRestoredTokens != len(tokens)/64*64 {
+		t.Fatalf("restored %d tokens", got.Usage.KVRouter.PeerRestoredTokens)
+	}
+
+	// Without a hint the first wait is the prefill step, not a setup.
+	other := longPrompt(t, a, "no hint", 100)
+	n := len(tokenize(t, b, other))
+	done = send(peerBody(other, nil))
+	w = <-clock.waits
+	if want := (10*time.Millisecond + time.Duration(n)*100*time.Microsecond) / 4; w.d != want {
+		t.Fatalf("first wait %v, want the prefill step %v", w.d, want)
+	}
+	w.ch <- clock.Now()
+	finish(done)
+}
+
+func TestPullSetupNegative(t *testing.T) {
+	c := testConfig(t, func(c *Config) { c.PullSetup = -time.Millisecond })
+	if _, err := Start(c); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "pull-setup-ms") {
+		t.Fatalf("Start with a negative pull setup: %v", err)
 	}
 }

@@ -39,7 +39,9 @@ func testCtx(t *testing.T) (context.Context, context.CancelFunc) {
 func tiny(t *testing.T, policies ...string) Options {
 	return Options{
 		Binary: bin, Engines: 2, GPUBlocks: 64, RunnerBlocks: 256, KVBytesPerToken: 4 << 10,
-		Speedup: 10, ProbeRepeats: 1,
+		// No simulated pull setup: the prompts are far shorter than the
+		// preset's crossover, and these tests want pulls.
+		PullSetup: -1, Speedup: 10, ProbeRepeats: 1,
 		Agentic: workload.AgenticConfig{
 			Sessions: 4, Turns: 2, SystemPrompts: 1, SystemTokensMin: 512, SystemTokensMax: 768,
 			UserTokens: 64, OutputTokens: 4, ThinkTime: 50 * time.Millisecond,
@@ -244,4 +246,65 @@ func assertNoChildren(t *testing.T) {
 func withVocab(w workload.AgenticConfig) workload.AgenticConfig {
 	w.Vocab = demoVocab
 	return w
+}
+
+// TestCalibrationMeasuresPullSetup: with a simulated pull setup every
+// probe pull takes at least the setup, and the calibration's line
+// through them recovers it as the intercept (loopback adds a little).
+func TestCalibrationMeasuresPullSetup(t *testing.T) {
+	ctx, _ := testCtx(t)
+	o := tiny(t)
+	o.PullSetup = 400 * time.Millisecond // 40 ms of wall time at speedup 10
+	o.ProbeRepeats = 3                   // medians of three vote an outlier down
+	o.fill()
+	if err := o.check(); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.engineFlags(); !slices.Contains(got, "--pull-setup-ms") || got[slices.Index(got, "--pull-setup-ms")+1] != "400" {
+		t.Fatalf("engine flags %q, want --pull-setup-ms 400", got)
+	}
+	c, err := cluster.Start(ctx, o.clusterOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	cal, err := calibrate(ctx, &o, c.Routers()[0].URL, c.Engines())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wall = 40.0
+	for _, p := range cal.Probes {
+		if p.PullMS < wall {
+			t.Errorf("a pull of %d blocks took %.1f ms, less than the setup %v ms", p.Blocks, p.PullMS, wall)
+		}
+	}
+	// Bounds against noise on a shared machine, not a timing target.
+	if !cal.Measured || cal.PullSetupMS < 0.8*wall || cal.PullSetupMS > 1.5*wall+10 {
+		t.Fatalf("measured setup %.1f ms, want about %v ms; probes %+v", cal.PullSetupMS, wall, cal.Probes)
+	}
+	if cal.HintSetupMS != cal.PullSetupMS {
+		t.Fatalf("calibration %+v", cal)
+	}
+}
+
+// TestGivenBandwidthTakesTheSimulatedSetup: with --hint-bandwidth-gbps and
+// no --hint-setup-ms the router is told the engines' setup in wall time.
+func TestGivenBandwidthTakesTheSimulatedSetup(t *testing.T) {
+	o := Full()
+	o.Speedup, o.HintBandwidthGbps = 2, 8
+	c, err := calibrate(context.Background(), &o, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ms(DefaultPullSetup) / 2; c.HintSetupMS != want || c.Measured {
+		t.Fatalf("hint setup %v ms (measured %v), want %v", c.HintSetupMS, c.Measured, want)
+	}
+	o.HintSetup = 3 * time.Millisecond
+	if c, _ := calibrate(context.Background(), &o, "", nil); c.HintSetupMS != 3 {
+		t.Fatalf("given --hint-setup-ms 3: %v", c.HintSetupMS)
+	}
+	o.HintSetup, o.PullSetup = 0, -1
+	if c, _ := calibrate(context.Background(), &o, "", nil); c.HintSetupMS != 0 {
+		t.Fatalf("no simulated setup: %v", c.HintSetupMS)
+	}
 }

@@ -172,6 +172,14 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// pullSetupWall is the engines' simulated pull setup in wall time.
+func (o *Options) pullSetupWall() time.Duration {
+	if o.PullSetup <= 0 {
+		return 0
+	}
+	return time.Duration(float64(o.PullSetup) / o.Speedup)
+}
+
 // newCalibration completes a calibration from the pull figures.
 func newCalibration(o *Options, setup time.Duration, pullGbps float64) Calibration {
 	c := Calibration{

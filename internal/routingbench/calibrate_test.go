@@ -98,6 +98,18 @@ func TestFitPulls(t *testing.T) {
 	}
 }
 
+// TestPresetCrossover: the presets' simulated setup puts the crossover at
+// a few thousand tokens over the range of loopback rates seen.
+func TestPresetCrossover(t *testing.T) {
+	o := Full()
+	for _, gbps := range []float64{5, 7.5, 10, 30} {
+		c := newCalibration(&o, o.PullSetup, gbps)
+		if c.CrossoverTokens == nil || *c.CrossoverTokens < 1500 || *c.CrossoverTokens > 3500 {
+			t.Errorf("%v Gbit/s: crossover %v, want a few thousand tokens", gbps, c.CrossoverTokens)
+		}
+	}
+}
+
 func TestFitPullsRefusesWhatCannotBeFitted(t *testing.T) {
 	for name, probes := range map[string][]Probe{
 		"one size":       probesOn(1, 1, 12, 12, 12),

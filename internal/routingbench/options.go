@@ -60,7 +60,13 @@ type Options struct {
 	PrefillPerToken time.Duration
 	DecodePerToken  time.Duration
 	RestorePerToken time.Duration
-	Speedup         float64
+	// PullSetup is the engines' simulated fixed cost of a peer pull
+	// (mocker --pull-setup-ms): what a fleet pays per transfer before its
+	// first byte moves, which loopback lacks. It puts the crossover at a
+	// few thousand tokens, as on a real fleet. 0 takes the preset;
+	// negative adds none.
+	PullSetup time.Duration
+	Speedup   float64
 
 	// HintBandwidthGbps and HintSetup, when set, replace the pull rate and
 	// fixed cost that probe pulls would measure.
@@ -96,6 +102,13 @@ type Options struct {
 	Logger   *slog.Logger
 }
 
+// DefaultPullSetup is the presets' simulated fixed cost of a peer pull.
+// With 75 µs of prefill per token against ~22 µs to pull and restore one
+// (16 KiB at the ~7.5 Gbit/s loopback pulls measure on the development
+// VM, plus 5 µs of restore), a pull gains ~53 µs per token, so 130 ms of
+// setup puts the crossover near 2,500 tokens (2,000 at 30 Gbit/s).
+const DefaultPullSetup = 130 * time.Millisecond
+
 // Full is the preset of a full run: four engines with 64-token blocks of
 // 1 MiB (16 KiB per token), GPU pools of 384 blocks (24k tokens, a few
 // long conversations: caches matter) in front of runners of 2048 blocks,
@@ -105,7 +118,7 @@ func Full() Options {
 		Engines: 4, BlockSize: 64, KVBytesPerToken: 16 << 10,
 		GPUBlocks: 384, RunnerBlocks: 2048,
 		PrefillPerToken: 75 * time.Microsecond, DecodePerToken: 10 * time.Millisecond,
-		RestorePerToken: 5 * time.Microsecond, Speedup: 1,
+		RestorePerToken: 5 * time.Microsecond, PullSetup: DefaultPullSetup, Speedup: 1,
 		ProbeRepeats: 3,
 		Workload:     WorkloadAgentic,
 		Agentic:      fullAgentic(),
@@ -180,6 +193,7 @@ func (o *Options) fill() {
 	setDur(&o.PrefillPerToken, p.PrefillPerToken)
 	setDur(&o.DecodePerToken, p.DecodePerToken)
 	setDur(&o.RestorePerToken, p.RestorePerToken)
+	setDur(&o.PullSetup, p.PullSetup)
 	if o.Speedup == 0 {
 		o.Speedup = p.Speedup
 	}

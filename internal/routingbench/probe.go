@@ -169,7 +169,11 @@ func (p *prober) send(ctx context.Context, target string, body any, out *complet
 // between the first two engines unless the options give their rates.
 func calibrate(ctx context.Context, o *Options, routerURL string, engines []cluster.Engine) (Calibration, error) {
 	if o.HintBandwidthGbps > 0 {
-		return newCalibration(o, o.HintSetup, o.HintBandwidthGbps), nil
+		setup := o.HintSetup
+		if setup == 0 {
+			setup = o.pullSetupWall()
+		}
+		return newCalibration(o, setup, o.HintBandwidthGbps), nil
 	}
 	p := &prober{router: routerURL, a: engines[0], b: engines[1], blockSize: o.BlockSize,
 		rng: rand.New(rand.NewPCG(2026, 7))}

@@ -32,18 +32,21 @@ func (r Result) Runs() []loadgen.NamedSummary { return r.runs }
 // Config is how the figures were obtained: the cluster, the calibration,
 // the workload and each policy's router flags.
 type Config struct {
-	Quick             bool        `json:"quick"`
-	Engines           int         `json:"engines"`
-	BlockSize         int         `json:"block_size"`
-	KVBytesPerToken   int         `json:"kv_bytes_per_token"`
-	BlockBytes        int         `json:"block_bytes"`
-	GPUBlocks         int         `json:"gpu_blocks"`
-	RunnerBlocks      int         `json:"runner_blocks"`
-	PrefillUSPerToken float64     `json:"prefill_us_per_token"`
-	DecodeMSPerToken  float64     `json:"decode_ms_per_token"`
-	RestoreUSPerToken float64     `json:"restore_us_per_token"`
-	Speedup           float64     `json:"speedup"`
-	Calibration       Calibration `json:"calibration"`
+	Quick             bool    `json:"quick"`
+	Engines           int     `json:"engines"`
+	BlockSize         int     `json:"block_size"`
+	KVBytesPerToken   int     `json:"kv_bytes_per_token"`
+	BlockBytes        int     `json:"block_bytes"`
+	GPUBlocks         int     `json:"gpu_blocks"`
+	RunnerBlocks      int     `json:"runner_blocks"`
+	PrefillUSPerToken float64 `json:"prefill_us_per_token"`
+	DecodeMSPerToken  float64 `json:"decode_ms_per_token"`
+	RestoreUSPerToken float64 `json:"restore_us_per_token"`
+	// PullSetupMS is the engines' simulated fixed cost of a peer pull, in
+	// simulated ms (they wait it divided by the speedup).
+	PullSetupMS float64     `json:"pull_setup_ms"`
+	Speedup     float64     `json:"speedup"`
+	Calibration Calibration `json:"calibration"`
 	// Workload holds the agentic shape or the trace replay's settings.
 	Workload     any                  `json:"workload_config"`
 	Requests     int                  `json:"requests"`
@@ -127,7 +130,7 @@ func (o *Options) config(w any, reqs []workload.Request) Config {
 		Quick: o.Quick, Engines: o.Engines, BlockSize: o.BlockSize, KVBytesPerToken: o.KVBytesPerToken,
 		BlockBytes: o.BlockSize * o.KVBytesPerToken, GPUBlocks: o.GPUBlocks, RunnerBlocks: o.RunnerBlocks,
 		PrefillUSPerToken: us(o.PrefillPerToken), DecodeMSPerToken: ms(o.DecodePerToken),
-		RestoreUSPerToken: us(o.RestorePerToken), Speedup: o.Speedup,
+		RestoreUSPerToken: us(o.RestorePerToken), PullSetupMS: ms(max(o.PullSetup, 0)), Speedup: o.Speedup,
 		Workload: w, Requests: len(reqs), Policies: map[string]PolicyRun{}, Plot: o.Plot,
 	}
 	for _, r := range reqs {
@@ -144,11 +147,20 @@ func (o *Options) clusterOptions() cluster.Options {
 		BlockSize: o.BlockSize, KVBytesPerToken: o.KVBytesPerToken,
 		GPUBlocks: o.GPUBlocks, RunnerBlocks: o.RunnerBlocks,
 		PrefillPerToken: o.PrefillPerToken, DecodePerToken: o.DecodePerToken, Speedup: o.Speedup,
-		EngineFlags: []string{"--restore-us-per-token", fmtFloat(us(o.RestorePerToken))},
+		EngineFlags: o.engineFlags(),
 		RouterFlags: [][]string{probeRouterFlags},
 		// Kept until the run succeeded, so that a failure can be explained.
 		LogDir: o.LogDir, KeepLogs: true, Logger: o.Logger,
 	}
+}
+
+// engineFlags are the mocker flags the cluster options have no field for.
+func (o *Options) engineFlags() []string {
+	f := []string{"--restore-us-per-token", fmtFloat(us(o.RestorePerToken))}
+	if o.PullSetup > 0 {
+		f = append(f, "--pull-setup-ms", fmtFloat(float64(o.PullSetup)/float64(time.Millisecond)))
+	}
+	return f
 }
 
 // summary is the calibration in one line for the progress output.
