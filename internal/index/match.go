@@ -2,6 +2,7 @@ package index
 
 import (
 	"math/bits"
+	"unsafe"
 
 	"kvrouter/internal/kvhash"
 )
@@ -76,7 +77,7 @@ const (
 	// window is how many nodes Match loads together before using any, so
 	// that their cache misses overlap instead of queueing behind each
 	// other; past the end of the match a window wastes its lookups.
-	window = 32
+	window = 16
 )
 
 // hashes extends sc.seqs to the identities of local's first n blocks.
@@ -129,9 +130,22 @@ func ident(seq uint64) uint64 {
 // and returns how far it reached: the first block nobody extends the
 // prefix to, or len(seqs). The caller holds the shards' read locks, so
 // holders are compared where they are stored, without copying.
+//
+// Most of a match's time is waiting for memory: every block's node is a
+// likely cache (and TLB) miss. Besides overlapping the misses of a window
+// (locate), walk asks for the memory of the windows ahead before it
+// processes one: the table slots two windows ahead, and the holder blocks
+// of the next window, whose slots were asked for a window earlier. The
+// prefetches do not block, so the loads proceed while this window is
+// processed.
 func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
+	at := func(i int) []uint64 { return seqs[min(i, len(seqs)):min(i+window, len(seqs))] }
+	ix.prefetchNodes(sc, at(from))
+	ix.prefetchNodes(sc, at(from+window))
 	for base := from; base < len(seqs); base += window {
-		ents := ix.locate(sc, seqs[base:min(base+window, len(seqs))])
+		ents := ix.locate(sc, at(base))
+		ix.prefetchNodes(sc, at(base+2*window))
+		ix.prefetchHolders(sc, at(base+window))
 		for k := range ents {
 			i := base + k
 			e := &ents[k]
@@ -157,6 +171,39 @@ func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
 	return len(seqs)
 }
 
+// prefetchNodes starts loading the table slots of seqs, and the slots after
+// them (where a third of the nodes sit).
+func (ix *Index) prefetchNodes(sc *scratch, seqs []uint64) {
+	addrs := sc.addrs[:0]
+	for _, seq := range seqs {
+		seq = ident(seq)
+		if t := ix.shards[shardOf(seq)].tab; len(t) > 0 {
+			mask := uint64(len(t) - 1)
+			addrs = append(addrs, uintptr(unsafe.Pointer(&t[seq&mask])), uintptr(unsafe.Pointer(&t[(seq+1)&mask])))
+		}
+	}
+	prefetch(addrs)
+	sc.addrs = addrs
+}
+
+// prefetchHolders starts loading the holder blocks of the nodes of seqs,
+// whose table slots were asked for earlier. It reads the slots as locate
+// does, without branching on their contents.
+func (ix *Index) prefetchHolders(sc *scratch, seqs []uint64) {
+	addrs := sc.addrs[:0]
+	for _, seq := range seqs {
+		seq = ident(seq)
+		sh := &ix.shards[shardOf(seq)]
+		if t := sh.tab; len(t) > 0 && len(sh.arena) > 0 {
+			n := &t[sh.slot(seq)]
+			off := n.h0 & -(n.meta >> 30 & 1) // n's block if metaMore, else 0
+			addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[off])))
+		}
+	}
+	prefetch(addrs)
+	sc.addrs = addrs
+}
+
 // batchEnt is where a block's node is: shard sh (-1: not indexed) at
 // table position pos.
 type batchEnt struct {
@@ -164,38 +211,40 @@ type batchEnt struct {
 }
 
 // locate finds the nodes of a window of identities, up to the first one
-// missing. It loads every node's cache line (and the neighbouring slot's,
-// if the home slot holds another identity) before probing any, then the
-// holder blocks of the nodes found, so that the misses overlap.
+// missing. It loads every node's cache line before probing any, so that
+// the misses overlap, and picks between the home slot and the next one
+// without a branch: a branch on a value still in flight would mispredict
+// often (a third of the nodes sit one slot away) and throw the loads issued
+// behind it away. Then the holder blocks of the nodes found, likewise.
 func (ix *Index) locate(sc *scratch, seqs []uint64) []batchEnt {
 	var sink uint64
-	for _, seq := range seqs {
-		seq = ident(seq)
-		if t := ix.shards[shardOf(seq)].tab; len(t) > 0 {
-			mask := uint64(len(t) - 1)
-			h := seq & mask
-			x := t[h].seq
-			var next uint64
-			if x != seq {
-				next = 1
-			}
-			sink += x + t[(h+next)&mask].seq
-		}
-	}
 	ents := sc.ents[:0]
 	for _, seq := range seqs {
 		seq = ident(seq)
 		si := shardOf(seq)
-		sh := &ix.shards[si]
-		pos, ok := sh.find(seq)
-		if !ok {
-			ents = append(ents, batchEnt{-1, 0})
-			break
-		}
-		if n := &sh.tab[pos]; n.meta&metaMore != 0 {
-			sink += uint64(sh.arena[n.h0])
+		var pos uint64
+		if sh := &ix.shards[si]; len(sh.tab) > 0 {
+			pos = sh.slot(seq)
+			sink += sh.tab[pos].seq
 		}
 		ents = append(ents, batchEnt{int32(si), int32(pos)})
+	}
+	for k, seq := range seqs {
+		seq = ident(seq)
+		e := &ents[k]
+		sh := &ix.shards[e.sh]
+		if len(sh.tab) == 0 || sh.tab[e.pos].seq != seq {
+			pos, ok := sh.find(seq) // further away, or missing
+			if !ok {
+				e.sh = -1
+				ents = ents[:k+1]
+				break
+			}
+			e.pos = int32(pos)
+		}
+		if n := &sh.tab[e.pos]; n.meta&metaMore != 0 {
+			sink += uint64(sh.arena[n.h0])
+		}
 	}
 	sc.ents, sc.sink = ents, sink
 	return ents
@@ -209,6 +258,7 @@ type scratch struct {
 	now       uint32 // recency epoch to stamp on the nodes walked, 0: none
 	seqs      []uint64
 	ents      []batchEnt
+	addrs     []uintptr
 	inline    [2][2]uint32 // holders of inline nodes, for this block and the last
 	abuf      []altHolder  // alt holders of a block
 	prev      []uint32     // holders of the previous block

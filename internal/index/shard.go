@@ -82,6 +82,16 @@ func (sh *shard) find(seq uint64) (int, bool) {
 	}
 }
 
+// slot returns the position of identity seq if it is in its home slot or
+// the next one, else the next slot, computed without a branch on the table
+// (shard not empty). Match uses it to load nodes without waiting for them.
+func (sh *shard) slot(seq uint64) uint64 {
+	mask := uint64(len(sh.tab) - 1)
+	pos := seq & mask
+	d := sh.tab[pos].seq ^ seq
+	return (pos + (d|-d)>>63) & mask // d|-d has its top bit set iff d != 0
+}
+
 func (sh *shard) grow() {
 	old := sh.tab
 	sh.tab = make([]node, max(16, 2*len(old)))

@@ -1,0 +1,6 @@
+//go:build !amd64 && !arm64
+
+package index
+
+// prefetch is a hint; without a prefetch instruction it does nothing.
+func prefetch(addrs []uintptr) {}
