@@ -234,7 +234,7 @@ func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
 	}
 	for _, seq := range seqs {
 		if sh := &ix.shards[shardOf(seq)]; len(sh.tab) > 0 {
-			sink += sh.tab[seq&uint64(len(sh.tab)-1)].seq
+			sink += sh.tab[home(seq, uint64(len(sh.tab)-1))].seq
 		}
 	}
 	for m := locked; m != 0; m &= m - 1 {

@@ -171,31 +171,38 @@ func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
 	return len(seqs)
 }
 
-// prefetchNodes starts loading the table slots of seqs, and the slots after
-// them (where a third of the nodes sit).
+// prefetchNodes starts loading the first line of the probes of seqs.
 func (ix *Index) prefetchNodes(sc *scratch, seqs []uint64) {
 	addrs := sc.addrs[:0]
 	for _, seq := range seqs {
 		seq = ident(seq)
 		if t := ix.shards[shardOf(seq)].tab; len(t) > 0 {
-			mask := uint64(len(t) - 1)
-			addrs = append(addrs, uintptr(unsafe.Pointer(&t[seq&mask])), uintptr(unsafe.Pointer(&t[(seq+1)&mask])))
+			addrs = append(addrs, uintptr(unsafe.Pointer(&t[home(seq, uint64(len(t)-1))])))
 		}
 	}
 	prefetch(addrs)
 	sc.addrs = addrs
 }
 
-// prefetchHolders starts loading the holder blocks of the nodes of seqs,
-// whose table slots were asked for earlier. It reads the slots as locate
-// does, without branching on their contents.
+// prefetchHolders starts loading, for the nodes of seqs, whose first probe
+// lines were asked for earlier, the holder block of the node found there,
+// or the probe's second line if the node is not in the first. It reads
+// the lines as locate does, without branching on their contents.
 func (ix *Index) prefetchHolders(sc *scratch, seqs []uint64) {
 	addrs := sc.addrs[:0]
 	for _, seq := range seqs {
 		seq = ident(seq)
 		sh := &ix.shards[shardOf(seq)]
-		if t := sh.tab; len(t) > 0 && len(sh.arena) > 0 {
-			n := &t[sh.slot(seq)]
+		t := sh.tab
+		if len(t) == 0 {
+			continue
+		}
+		mask := uint64(len(t) - 1)
+		pos := sh.slot(seq)
+		n := &t[pos]
+		d := n.seq ^ seq
+		addrs = append(addrs, uintptr(unsafe.Pointer(&t[(pos+(d|-d)>>63)&mask]))) // pos+1: the next line
+		if len(sh.arena) > 0 {
 			off := n.h0 & -(n.meta >> 30 & 1) // n's block if metaMore, else 0
 			addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[off])))
 		}

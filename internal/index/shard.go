@@ -66,13 +66,20 @@ type altKey struct {
 	id  uint32
 }
 
+// home returns where the probe for identity seq starts: the first slot of
+// a cache line (a node is 32 bytes, a table a power of two of them, at
+// least 16), so that the line a lookup loads first holds the two slots
+// where most nodes sit: at the index's load factor, 89% of nodes, against
+// 63% for probes starting anywhere.
+func home(seq, mask uint64) uint64 { return seq & mask &^ 1 }
+
 // find returns the table position of identity seq.
 func (sh *shard) find(seq uint64) (int, bool) {
 	if len(sh.tab) == 0 {
 		return 0, false
 	}
 	mask := uint64(len(sh.tab) - 1)
-	for i := seq & mask; ; i = (i + 1) & mask {
+	for i := home(seq, mask); ; i = (i + 1) & mask {
 		switch sh.tab[i].seq {
 		case seq:
 			return int(i), true
@@ -82,14 +89,13 @@ func (sh *shard) find(seq uint64) (int, bool) {
 	}
 }
 
-// slot returns the position of identity seq if it is in its home slot or
-// the next one, else the next slot, computed without a branch on the table
-// (shard not empty). Match uses it to load nodes without waiting for them.
+// slot returns the position of identity seq if it is in the first line of
+// its probe, else the second slot of that line, computed without a branch
+// on the table (shard not empty): Match uses it on nodes still in flight.
 func (sh *shard) slot(seq uint64) uint64 {
-	mask := uint64(len(sh.tab) - 1)
-	pos := seq & mask
+	pos := home(seq, uint64(len(sh.tab)-1))
 	d := sh.tab[pos].seq ^ seq
-	return (pos + (d|-d)>>63) & mask // d|-d has its top bit set iff d != 0
+	return pos + (d|-d)>>63 // d|-d has its top bit set iff d != 0
 }
 
 func (sh *shard) grow() {
@@ -100,7 +106,7 @@ func (sh *shard) grow() {
 		if old[k].seq == 0 {
 			continue
 		}
-		i := old[k].seq & mask
+		i := home(old[k].seq, mask)
 		for sh.tab[i].seq != 0 {
 			i = (i + 1) & mask
 		}
@@ -114,7 +120,7 @@ func (sh *shard) newNode(seq, engine uint64, depth, stamp uint32) int {
 		sh.grow()
 	}
 	mask := uint64(len(sh.tab) - 1)
-	i := seq & mask
+	i := home(seq, mask)
 	for sh.tab[i].seq != 0 {
 		i = (i + 1) & mask
 	}
@@ -134,9 +140,9 @@ func (sh *shard) freeNode(i int) {
 		if seq == 0 {
 			break
 		}
-		home := int(seq) & mask
+		h := int(home(seq, uint64(mask)))
 		// Move j back to the hole at i unless its home lies in (i, j].
-		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
 			sh.tab[i] = sh.tab[j]
 			i = j
 		}
