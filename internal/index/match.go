@@ -74,9 +74,8 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 
 const (
 	firstBlocks = 8
-	// window is how many nodes Match loads together before using any, so
-	// that their cache misses overlap instead of queueing behind each
-	// other; past the end of the match a window wastes its lookups.
+	// window is the step of Match's memory pipeline (walk); past the end
+	// of the match up to two windows of prefetches are wasted.
 	window = 16
 )
 
@@ -131,29 +130,32 @@ func ident(seq uint64) uint64 {
 // prefix to, or len(seqs). The caller holds the shards' read locks, so
 // holders are compared where they are stored, without copying.
 //
-// Most of a match's time is waiting for memory: every block's node is a
-// likely cache (and TLB) miss. Besides overlapping the misses of a window
-// (locate), walk asks for the memory of the windows ahead before it
-// processes one: the table slots two windows ahead, and the holder blocks
-// of the next window, whose slots were asked for a window earlier. The
-// prefetches do not block, so the loads proceed while this window is
-// processed.
+// Most of a match's time would be waiting for memory: every block's node
+// is a likely cache (and TLB) miss, and so is its holder block. So walk
+// runs a pipeline over windows of blocks: it asks for the probe lines of
+// the window after next (prefetchNodes), probes the next window, whose
+// lines were asked for a window earlier, asking for what its nodes need
+// next (probe), and only then processes this window, whose memory was
+// asked for one and two windows ago. The prefetches do not block: the
+// loads proceed while the CPU works on the window at hand.
 func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
 	at := func(i int) []uint64 { return seqs[min(i, len(seqs)):min(i+window, len(seqs))] }
 	ix.prefetchNodes(sc, at(from))
 	ix.prefetchNodes(sc, at(from+window))
-	for base := from; base < len(seqs); base += window {
-		ents := ix.locate(sc, at(base))
+	ents := ix.probe(sc, &sc.ents[0], at(from))
+	for base, w := from, 0; base < len(seqs); base, w = base+window, 1-w {
 		ix.prefetchNodes(sc, at(base+2*window))
-		ix.prefetchHolders(sc, at(base+window))
-		for k := range ents {
+		next := ix.probe(sc, &sc.ents[1-w], at(base+window))
+		for k, seq := range at(base) {
 			i := base + k
-			e := &ents[k]
-			if e.sh < 0 {
-				return i // the prefix ends here for everybody
+			sh, pos := &ix.shards[ents[k].sh], int(ents[k].pos)
+			if seq = ident(seq); len(sh.tab) == 0 || sh.tab[pos].seq != seq {
+				var ok bool
+				if pos, ok = sh.find(seq); !ok { // further along its probe?
+					return i // the prefix ends here for everybody
+				}
 			}
-			sh := &ix.shards[e.sh]
-			n := &sh.tab[e.pos]
+			n := &sh.tab[pos]
 			cur, dense := sh.holders(n, &sc.inline[i&1])
 			sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
 			if sc.alive == 0 {
@@ -167,6 +169,7 @@ func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
 			}
 			sc.prev, sc.prevDense = cur, dense
 		}
+		ents = next
 	}
 	return len(seqs)
 }
@@ -184,76 +187,39 @@ func (ix *Index) prefetchNodes(sc *scratch, seqs []uint64) {
 	sc.addrs = addrs
 }
 
-// prefetchHolders starts loading, for the nodes of seqs, whose first probe
-// lines were asked for earlier, the holder block of the node found there,
-// or the probe's second line if the node is not in the first. It reads
-// the lines as locate does, without branching on their contents.
-func (ix *Index) prefetchHolders(sc *scratch, seqs []uint64) {
-	addrs := sc.addrs[:0]
-	for _, seq := range seqs {
-		seq = ident(seq)
-		sh := &ix.shards[shardOf(seq)]
-		t := sh.tab
-		if len(t) == 0 {
-			continue
-		}
-		mask := uint64(len(t) - 1)
-		pos := sh.slot(seq)
-		n := &t[pos]
-		d := n.seq ^ seq
-		addrs = append(addrs, uintptr(unsafe.Pointer(&t[(pos+(d|-d)>>63)&mask]))) // pos+1: the next line
-		if len(sh.arena) > 0 {
-			off := n.h0 & -(n.meta >> 30 & 1) // n's block if metaMore, else 0
-			addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[off])))
-		}
-	}
-	prefetch(addrs)
-	sc.addrs = addrs
-}
-
-// batchEnt is where a block's node is: shard sh (-1: not indexed) at
-// table position pos.
+// batchEnt is where a block's node likely is: shard sh, table position pos.
 type batchEnt struct {
 	sh, pos int32
 }
 
-// locate finds the nodes of a window of identities, up to the first one
-// missing. It loads every node's cache line before probing any, so that
-// the misses overlap, and picks between the home slot and the next one
-// without a branch: a branch on a value still in flight would mispredict
-// often (a third of the nodes sit one slot away) and throw the loads issued
-// behind it away. Then the holder blocks of the nodes found, likewise.
-func (ix *Index) locate(sc *scratch, seqs []uint64) []batchEnt {
-	var sink uint64
-	ents := sc.ents[:0]
+// probe notes, in *buf, where the nodes of seqs likely are (shard.slot), and
+// starts loading what each needs next: its holder block, or the second
+// line of its probe if it is not in the first. It reads the first lines,
+// asked for earlier, without branching on their contents: a branch on a
+// value still in flight would mispredict often and throw away the loads
+// issued behind it.
+func (ix *Index) probe(sc *scratch, buf *[]batchEnt, seqs []uint64) []batchEnt {
+	ents, addrs := (*buf)[:0], sc.addrs[:0]
 	for _, seq := range seqs {
 		seq = ident(seq)
 		si := shardOf(seq)
+		sh := &ix.shards[si]
 		var pos uint64
-		if sh := &ix.shards[si]; len(sh.tab) > 0 {
+		if t := sh.tab; len(t) > 0 {
 			pos = sh.slot(seq)
-			sink += sh.tab[pos].seq
+			n := &t[pos]
+			d := n.seq ^ seq
+			next := (pos + (d|-d)>>63) & uint64(len(t)-1) // pos+1 starts the next line
+			addrs = append(addrs, uintptr(unsafe.Pointer(&t[next])))
+			if len(sh.arena) > 0 {
+				off := n.h0 & -(n.meta >> 30 & 1) // n's block if metaMore, else 0
+				addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[off])))
+			}
 		}
 		ents = append(ents, batchEnt{int32(si), int32(pos)})
 	}
-	for k, seq := range seqs {
-		seq = ident(seq)
-		e := &ents[k]
-		sh := &ix.shards[e.sh]
-		if len(sh.tab) == 0 || sh.tab[e.pos].seq != seq {
-			pos, ok := sh.find(seq) // further away, or missing
-			if !ok {
-				e.sh = -1
-				ents = ents[:k+1]
-				break
-			}
-			e.pos = int32(pos)
-		}
-		if n := &sh.tab[e.pos]; n.meta&metaMore != 0 {
-			sink += uint64(sh.arena[n.h0])
-		}
-	}
-	sc.ents, sc.sink = ents, sink
+	prefetch(addrs)
+	*buf, sc.addrs = ents, addrs
 	return ents
 }
 
@@ -264,7 +230,7 @@ type scratch struct {
 	alive     int
 	now       uint32 // recency epoch to stamp on the nodes walked, 0: none
 	seqs      []uint64
-	ents      []batchEnt
+	ents      [2][]batchEnt // probed windows: the one processed and the next
 	addrs     []uintptr
 	inline    [2][2]uint32 // holders of inline nodes, for this block and the last
 	abuf      []altHolder  // alt holders of a block
@@ -280,7 +246,6 @@ type scratch struct {
 	private   [][]uint64
 	privIDs   []uint32
 	buckets   []int32
-	sink      uint64
 }
 
 func (sc *scratch) reset(nsrc int, chains bool, n int) {
