@@ -157,12 +157,20 @@ func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
 			}
 			n := &sh.tab[pos]
 			cur, dense := sh.holders(n, &sc.inline[i&1])
-			sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
-			if sc.alive == 0 {
-				return i
+			// Along a conversation the holders rarely change from one
+			// block to the next: then nothing changes for anybody.
+			if i == 0 || dense || sc.prevDense || !sameWords(cur, sc.prev) {
+				sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
+				if sc.alive == 0 {
+					return i
+				}
 			}
 			if sc.chains {
-				sc.extendChains(i, n.engine, sc.alts(sh, n))
+				if alts := sc.alts(sh, n); len(alts) > 0 || len(sc.privIDs) > 0 {
+					sc.extendChains(i, n.engine, alts)
+				} else {
+					sc.primary = append(sc.primary, n.engine) // all chains agree
+				}
 			}
 			if sc.now != 0 {
 				n.touch(sc.now)
@@ -276,6 +284,19 @@ func (sc *scratch) state(id uint32) *srcState {
 		return nil
 	}
 	return st
+}
+
+// sameWords reports whether two blocks have the same holder words.
+func sameWords(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if a[k] != b[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // alts returns the holders of n whose engine hash is not n.engine.
