@@ -364,6 +364,8 @@ func TestModelRandom(t *testing.T) {
 		{seed: 4, srcs: 4, paths: 40, plen: 3, ops: 3000, every: 50},
 		// Enough sources for shared blocks to turn dense and back.
 		{seed: 5, srcs: 150, paths: 6, plen: 6, ops: 5000, every: 500},
+		// Requests of several of Match's windows.
+		{seed: 6, srcs: 8, paths: 12, plen: 90, ops: 2000, every: 100},
 	}
 	for _, r := range runs {
 		t.Run(fmt.Sprintf("seed%d", r.seed), func(t *testing.T) {
