@@ -40,8 +40,8 @@ type Match struct {
 // Match returns, for every source holding at least the request's first
 // block, its overlap with the request given by its local hashes, ordered
 // by Depth, deepest first (ties in no particular order). It stops walking
-// the request once no source extends the prefix, having looked up at most
-// one window of blocks ahead.
+// the request once no source extends the prefix, having hashed and
+// prefetched at most two windows of blocks ahead.
 func (ix *Index) Match(local []uint64, opts MatchOptions) []Match {
 	return ix.AppendMatch(nil, local, opts)
 }
@@ -58,27 +58,32 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	if ix.maxBlocks > 0 {
 		sc.now = ix.tick()
 	}
-	// The first few blocks alone: a request that matches nothing, or
-	// little, costs a few hashes and locks. Then the rest of the request
-	// under one read lock per shard, taken once: a long request meets
-	// every shard, and locking them batch by batch cost more atomics than
-	// the matching itself.
 	sc.prefetchLocal(local)
-	seqs := sc.hashes(local, firstBlocks)
-	reached := ix.walkLocked(sc, seqs, 0)
-	if reached == len(seqs) && reached < len(local) {
-		seqs = sc.hashes(local, len(local))
-		reached = ix.walkLocked(sc, seqs, reached)
+	// The walk holds the read locks of the shards it may visit, each taken
+	// once, in ascending order (writers hold one shard lock at a time, so
+	// readers holding several cannot deadlock with them). A request longer
+	// than a window meets (nearly) every shard: lock them all rather than
+	// hash it first to find out; a short one locks just its own.
+	locked := uint32(1)<<numShards - 1
+	if len(local) <= window {
+		locked = 0
+		for _, seq := range sc.hashes(local, len(local)) {
+			locked |= 1 << shardOf(ident(seq))
+		}
+	}
+	for m := locked; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros32(m)].mu.RLock()
+	}
+	reached := ix.walk(sc, local)
+	for m := locked; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros32(m)].mu.RUnlock()
 	}
 	return sc.results(dst, srcs, uint32(reached))
 }
 
-const (
-	firstBlocks = 8
-	// window is the step of Match's memory pipeline (walk); past the end
-	// of the match up to two windows of prefetches are wasted.
-	window = 16
-)
+// window is the step of Match's memory pipeline (walk); past the end of the
+// match up to two windows are hashed and prefetched in vain.
+const window = 16
 
 // prefetchLocal starts loading the request's hashes, which hashes reads
 // one block at a time: the request is usually cold.
@@ -107,29 +112,6 @@ func (sc *scratch) hashes(local []uint64, n int) []uint64 {
 	return seqs
 }
 
-// walkLocked walks blocks [from, len(seqs)) under the read locks of their
-// shards, taken in ascending order (writers hold one shard lock at a time,
-// so readers holding several cannot deadlock with them), and returns how
-// far the match reached.
-func (ix *Index) walkLocked(sc *scratch, seqs []uint64, from int) int {
-	var locked uint32
-	for _, seq := range seqs[from:] {
-		locked |= 1 << shardOf(ident(seq))
-	}
-	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros32(m)].mu.RLock()
-	}
-	reached := ix.walk(sc, seqs, from)
-	// sc.prev may point into a shard's arena: keep a copy for the next
-	// walk, which runs after these locks are released.
-	sc.keep = append(sc.keep[:0], sc.prev...)
-	sc.prev = sc.keep
-	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros32(m)].mu.RUnlock()
-	}
-	return reached
-}
-
 // ident maps a sequence hash to its identity: 0 marks empty table slots.
 func ident(seq uint64) uint64 {
 	if seq == 0 {
@@ -138,10 +120,11 @@ func ident(seq uint64) uint64 {
 	return seq
 }
 
-// walk advances the match over blocks [from, len(seqs)) a window at a time
-// and returns how far it reached: the first block nobody extends the
-// prefix to, or len(seqs). The caller holds the shards' read locks, so
-// holders are compared where they are stored, without copying.
+// walk advances the match over the request's blocks a window at a time,
+// hashing them as it goes, and returns how far it reached: the first block
+// nobody extends the prefix to, or len(local). The caller holds the
+// shards' read locks, so holders are compared where they are stored,
+// without copying.
 //
 // Most of a match's time would be waiting for memory: every block's node
 // is a likely cache (and TLB) miss, and so is its holder block. So walk
@@ -151,12 +134,15 @@ func ident(seq uint64) uint64 {
 // next (probe), and only then processes this window, whose memory was
 // asked for one and two windows ago. The prefetches do not block: the
 // loads proceed while the CPU works on the window at hand.
-func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
-	at := func(i int) []uint64 { return seqs[min(i, len(seqs)):min(i+window, len(seqs))] }
-	ix.prefetchNodes(sc, at(from))
-	ix.prefetchNodes(sc, at(from+window))
-	ents := ix.probe(sc, &sc.ents[0], at(from))
-	for base, w := from, 0; base < len(seqs); base, w = base+window, 1-w {
+func (ix *Index) walk(sc *scratch, local []uint64) int {
+	at := func(i int) []uint64 { // the identities of the window at i
+		seqs := sc.hashes(local, i+window)
+		return seqs[min(i, len(seqs)):min(i+window, len(seqs))]
+	}
+	ix.prefetchNodes(sc, at(0))
+	ix.prefetchNodes(sc, at(window))
+	ents := ix.probe(sc, &sc.ents[0], at(0))
+	for base, w := 0, 0; base < len(local); base, w = base+window, 1-w {
 		ix.prefetchNodes(sc, at(base+2*window))
 		next := ix.probe(sc, &sc.ents[1-w], at(base+window))
 		for k, seq := range at(base) {
@@ -192,7 +178,7 @@ func (ix *Index) walk(sc *scratch, seqs []uint64, from int) int {
 		}
 		ents = next
 	}
-	return len(seqs)
+	return len(local)
 }
 
 // prefetchNodes starts loading the first line of the probes of seqs.
@@ -259,7 +245,6 @@ type scratch struct {
 	abuf      []altHolder  // alt holders of a block
 	prev      []uint32     // holders of the previous block
 	prevDense bool
-	keep      []uint32
 	tmp       []uint32
 	convA     []uint32 // holder words turned into tier-mask words
 	convB     []uint32
@@ -281,6 +266,9 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 		sc.st = append(sc.st, make([]srcState, nsrc-len(sc.st))...)
 	}
 	sc.alive, sc.now, sc.seqs = 0, 0, sc.seqs[:0]
+	if cap(sc.seqs) < n {
+		sc.seqs = make([]uint64, 0, n)
+	}
 	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
 	sc.chains = chains
 	sc.primary, sc.private, sc.privIDs = nil, sc.private[:0], sc.privIDs[:0]
