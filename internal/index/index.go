@@ -12,10 +12,12 @@
 //
 // Concurrency: the index is split into 16 shards by the top bits of the
 // identity, each with its own RWMutex. A writer holds one shard's lock at a
-// time, for one block; Match read-locks the shards of the blocks it walks
-// together, always in ascending order, so readers never deadlock with
-// writers and there is no global lock. Ops of one source apply in order
-// under that source's mutex; ops of different sources proceed in parallel.
+// time, for one block; Match read-locks the shards it may visit (all of
+// them for a request longer than a few blocks) together, always in
+// ascending order, so readers never deadlock with writers and never
+// exclude each other: there is no global lock. Ops of one source apply in
+// order under that source's mutex; ops of different sources proceed in
+// parallel.
 //
 // Atomicity: an op is validated before it changes anything, so a rejected
 // op leaves no trace; Apply stops at the first rejected op and reports its

@@ -10,9 +10,9 @@ import (
 // and each block is a likely cache miss.
 //
 // Shards: enough that writers of different sources rarely meet on one
-// lock, few enough that a Match, which read-locks the shards of the blocks
-// it walks (a 128-block request meets all of them), pays little for the
-// locks: each RLock and RUnlock is an atomic on a shared cache line.
+// lock, few enough that a Match, which read-locks every shard its request
+// may visit (all of them for a long request), pays little for the locks:
+// each RLock and RUnlock is an atomic on a shared cache line.
 const (
 	shardBits = 4
 	numShards = 1 << shardBits
