@@ -254,6 +254,7 @@ type scratch struct {
 	private   [][]uint64
 	privIDs   []uint32
 	buckets   []int32
+	sorted    []uint32
 }
 
 func (sc *scratch) reset(nsrc int, chains bool, n int) {
@@ -345,39 +346,31 @@ func (sc *scratch) extendChains(i int, engine uint64, alts []altHolder) {
 }
 
 // results closes the live runs at reached and appends one Match per
-// candidate, deepest first (a counting sort: depths are small integers).
+// candidate, deepest first.
 func (sc *scratch) results(dst []Match, srcs []*source, reached uint32) []Match {
-	if cap(sc.buckets) < int(reached)+2 {
-		sc.buckets = make([]int32, reached+2)
-	}
-	buckets := sc.buckets[:reached+2]
-	clear(buckets)
-	kept := 0
+	kept := sc.cands[:0]
 	for _, id := range sc.cands {
-		st := &sc.st[id]
-		if st.alive {
+		if st := &sc.st[id]; st.alive {
 			st.end(reached)
 		}
-		if int(id) >= len(srcs) || srcs[id] == nil {
-			continue // removed while we matched
+		if int(id) < len(srcs) && srcs[id] != nil { // else removed while we matched
+			kept = append(kept, id)
 		}
-		buckets[reached-st.depth+1]++
-		kept++
 	}
-	for d := 1; d < len(buckets); d++ {
-		buckets[d] += buckets[d-1]
+	if len(kept) > sortAt {
+		kept = sc.byDepth(kept, reached)
+	} else {
+		for a := 1; a < len(kept); a++ {
+			for b := a; b > 0 && sc.st[kept[b]].depth > sc.st[kept[b-1]].depth; b-- {
+				kept[b], kept[b-1] = kept[b-1], kept[b]
+			}
+		}
 	}
 	base := len(dst)
-	dst = append(dst, make([]Match, kept)...)
-	out := dst[base:]
-	for _, id := range sc.cands {
-		if int(id) >= len(srcs) || srcs[id] == nil {
-			continue
-		}
+	dst = append(dst, make([]Match, len(kept))...)
+	for k, id := range kept {
 		st := &sc.st[id]
-		k := &buckets[reached-st.depth]
-		m := &out[*k]
-		*k++
+		m := &dst[base+k]
 		m.Source, m.ID = srcs[id].key, id
 		m.Depth = int(st.depth)
 		m.DeviceDepth = int(st.dev)
@@ -394,6 +387,34 @@ func (sc *scratch) results(dst []Match, srcs []*source, reached uint32) []Match 
 		}
 	}
 	return dst
+}
+
+// sortAt is the number of candidates past which results sorts them by
+// counting (depths are small integers) rather than by insertion: below it,
+// clearing and summing a count per depth costs more.
+const sortAt = 32
+
+// byDepth returns ids ordered by depth, deepest first, by counting.
+func (sc *scratch) byDepth(ids []uint32, reached uint32) []uint32 {
+	if cap(sc.buckets) < int(reached)+2 {
+		sc.buckets = make([]int32, reached+2)
+	}
+	buckets := sc.buckets[:reached+2]
+	clear(buckets)
+	for _, id := range ids {
+		buckets[reached-sc.st[id].depth+1]++
+	}
+	for d := 1; d < len(buckets); d++ {
+		buckets[d] += buckets[d-1]
+	}
+	out := append(sc.sorted[:0], ids...)
+	for _, id := range ids {
+		k := &buckets[reached-sc.st[id].depth]
+		out[*k] = id
+		*k++
+	}
+	sc.sorted = out
+	return out
 }
 
 // tick advances the logical clock for one Match and returns its epoch.
