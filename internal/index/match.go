@@ -223,7 +223,7 @@ func (ix *Index) probe(sc *scratch, buf *[]batchEnt, seqs []uint64) []batchEnt {
 			// (nodes past the first line: 11%; past the second: 3%).
 			addrs = append(addrs, uintptr(unsafe.Pointer(&t[(pos+miss)&mask])), uintptr(unsafe.Pointer(&t[(pos+3*miss)&mask])))
 			if len(sh.arena) > 0 {
-				off := n.h0 & -(n.meta >> 30 & 1) // n's block if metaMore, else 0
+				off := n.h0 & -(n.meta / metaMore & 1) // n's block if metaMore, else 0
 				addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[off])))
 			}
 		}
