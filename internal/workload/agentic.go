@@ -40,6 +40,12 @@ type AgenticConfig struct {
 	BurstInterval time.Duration
 	// ArrivalRate is background sessions started per second.
 	ArrivalRate float64
+	// WarmPrompts makes the first SystemPrompts background sessions take
+	// the prompts in turn (then random, as always), so that each burst's
+	// prompt was sent before the burst, as in a service whose agents'
+	// system prompts are always cached somewhere, rather than bursts on
+	// prompts no engine has seen yet, which no routing can help.
+	WarmPrompts bool
 	Seed        uint64
 	// Vocab is the token id range (default DefaultVocab).
 	Vocab Vocab
@@ -180,6 +186,12 @@ func sessionStarts(cfg AgenticConfig, r *rng) []sessionStart {
 		return from + time.Duration(min(gap, float64(24*time.Hour)))
 	}
 	nextBackground := draw(0)
+	// warm is the next prompt a warm-up session takes; past the last, the
+	// prompts are random.
+	warm := cfg.SystemPrompts
+	if cfg.WarmPrompts {
+		warm = 0
+	}
 	nextBurst, burst := time.Duration(math.MaxInt64), 0
 	if cfg.BurstSize > 0 {
 		nextBurst = cfg.BurstInterval
@@ -196,7 +208,13 @@ func sessionStarts(cfg AgenticConfig, r *rng) []sessionStart {
 			nextBurst += cfg.BurstInterval
 			continue
 		}
-		starts = append(starts, sessionStart{at: nextBackground, system: r.intn(cfg.SystemPrompts), think: uint64(len(starts)) | 1<<63})
+		system := warm
+		if warm < cfg.SystemPrompts {
+			warm++
+		} else {
+			system = r.intn(cfg.SystemPrompts)
+		}
+		starts = append(starts, sessionStart{at: nextBackground, system: system, think: uint64(len(starts)) | 1<<63})
 		nextBackground = draw(nextBackground)
 	}
 	return starts

@@ -136,6 +136,64 @@ func TestAgenticBursts(t *testing.T) {
 	}
 }
 
+// WarmPrompts: the first background sessions take the system prompts in
+// turn, so every prompt is sent once before any burst on it.
+func TestAgenticWarmPrompts(t *testing.T) {
+	cfg := AgenticConfig{Sessions: 24, Turns: 1, SystemPrompts: 4, SystemTokensMin: 64, SystemTokensMax: 64,
+		UserTokens: 8, OutputTokens: 4, BurstSize: 4, BurstInterval: 10 * time.Second, ArrivalRate: 2, Seed: 5,
+		WarmPrompts: true}
+	reqs, err := Agentic(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var systems [][]uint32
+	prompt := func(r Request) int {
+		for i, s := range systems {
+			if slices.Equal(r.Prompt[:64], s) {
+				return i
+			}
+		}
+		systems = append(systems, r.Prompt[:64])
+		return len(systems) - 1
+	}
+	// Background sessions arrive alone; the first four take four prompts.
+	var background []int
+	first := map[int]time.Duration{}
+	count := map[time.Duration]int{}
+	for _, r := range reqs {
+		count[r.Arrival]++
+	}
+	for _, r := range reqs {
+		p := prompt(r)
+		if _, ok := first[p]; !ok {
+			first[p] = r.Arrival
+		}
+		if count[r.Arrival] == 1 {
+			background = append(background, p)
+		}
+	}
+	if len(background) < 4 || len(systems) != 4 {
+		t.Fatalf("%d background sessions over %d prompts", len(background), len(systems))
+	}
+	if got := background[:4]; !(got[0] != got[1] && got[0] != got[2] && got[0] != got[3] && got[1] != got[2] && got[1] != got[3] && got[2] != got[3]) {
+		t.Fatalf("first background prompts %v, want four distinct", got)
+	}
+	for _, r := range reqs {
+		if count[r.Arrival] > 1 && first[prompt(r)] >= r.Arrival {
+			t.Fatalf("burst at %v on a prompt first sent at %v", r.Arrival, first[prompt(r)])
+		}
+	}
+	// Off, the same seed draws random prompts from the first session on.
+	cfg.WarmPrompts = false
+	cold, err := Agentic(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.EqualFunc(reqs, cold, func(a, b Request) bool { return slices.Equal(a.Prompt, b.Prompt) }) {
+		t.Fatal("WarmPrompts changed nothing")
+	}
+}
+
 func TestAgenticDeterministic(t *testing.T) {
 	same := func(a, b []Request) bool {
 		return slices.EqualFunc(a, b, func(x, y Request) bool {
