@@ -78,9 +78,12 @@ on a 2-core VM, a token costs ~17 µs to pull plus 5 µs to restore against 75
 2,500 tokens, and kv_hints hints only a longer missing prefix. --pull-setup-ms
 0 gives plain loopback, where the crossover is a few tokens.
 
-Presets (a flag left at 0 takes them): full %d sessions x %d turns, bursts of
-%d every %v; --quick %d x %d, bursts every %v, the trace cut to %d requests at
---time-scale %g, one probe pull per size: under a minute in all.
+Presets (a flag left at 0 takes them): full %d sessions x %d turns on %d
+system prompts of %d-%d tokens, %d new tokens a turn, bursts of %d
+every %v (agentic sessions whose long prefixes dominate; the first background
+sessions take each prompt in turn, so that no burst lands on a prompt no
+engine has seen); --quick %d x %d, bursts every %v, the trace cut to %d
+requests at --time-scale %g, one probe pull per size: under a minute in all.
 
 Reports per policy: TTFT p50/p90/p99, e2e p50, output tokens/s, the share of
 prompt tokens found in the worker's own cache and pulled from a peer, tokens
@@ -89,7 +92,8 @@ policy skips every request), errors; then kv_hints' TTFT p90 against every
 other policy's. --json prints
 {"workload", "policies", "ratios", "config"}. --plot writes the TTFT CDF of
 every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
-			fw.Sessions, fw.Turns, fw.BurstSize, fw.BurstInterval, qw.Sessions, qw.Turns, qw.BurstInterval,
+			fw.Sessions, fw.Turns, fw.SystemPrompts, fw.SystemTokensMin, fw.SystemTokensMax, fw.UserTokens,
+			fw.BurstSize, fw.BurstInterval, qw.Sessions, qw.Turns, qw.BurstInterval,
 			quick.MaxRequests, quick.TimeScale),
 		Example: `  kvrouter bench routing
   kvrouter bench routing --quick

@@ -110,13 +110,13 @@ type Options struct {
 const DefaultPullSetup = 130 * time.Millisecond
 
 // Full is the preset of a full run: four engines with 64-token blocks of
-// 1 MiB (16 KiB per token), GPU pools of 384 blocks (24k tokens, a few
-// long conversations: caches matter) in front of runners of 2048 blocks,
-// in real time: at most 9.5 GiB of simulated KV in all.
+// 1 MiB (16 KiB per token), GPU pools of 768 blocks (49k tokens, three or
+// four long agentic contexts: caches matter) in front of runners of 1664
+// blocks, in real time: at most 9.5 GiB of simulated KV in all.
 func Full() Options {
 	return Options{
 		Engines: 4, BlockSize: 64, KVBytesPerToken: 16 << 10,
-		GPUBlocks: 384, RunnerBlocks: 2048,
+		GPUBlocks: 768, RunnerBlocks: 1664,
 		PrefillPerToken: 75 * time.Microsecond, DecodePerToken: 10 * time.Millisecond,
 		RestorePerToken: 5 * time.Microsecond, PullSetup: DefaultPullSetup, Speedup: 1,
 		ProbeRepeats: 3,
@@ -127,8 +127,7 @@ func Full() Options {
 }
 
 // Quick is Full scaled down to finish in under a minute: the same
-// engines at twice the speed, fewer and shorter sessions arriving twice
-// as fast, a slice of a trace replayed twice as fast, one probe pull per
+// engines at twice the speed, fewer sessions arriving twice as fast, a slice of a trace replayed twice as fast, one probe pull per
 // size.
 func Quick() Options {
 	o := Full()
@@ -141,29 +140,34 @@ func Quick() Options {
 	return o
 }
 
-// fullAgentic: agentic sessions of six turns, each adding a 512-token tool
-// output or user message, on four system prompts of 2-4k tokens; sessions
-// start in the background (one a second) and in bursts of eight on one
-// prompt every five seconds, more than the prompt's holder can serve
-// alone, so that a KV-aware router must move sessions away from it.
+// fullAgentic: agentic sessions as coding and tool-using agents make
+// them, where long prefixes dominate: eight agents' system prompts (with
+// their tool definitions) of 8-12k tokens, sessions of four turns each
+// adding a 1,024-token tool output or user message. Sessions start in the
+// background (one a second, the first eight on each prompt in turn, so
+// that every prompt is cached somewhere before a burst on it) and in
+// bursts of eight on one prompt every five seconds, more than the
+// prompt's holder can serve alone, so that a KV-aware router must move
+// sessions away from it: each moved session misses a prefix of 8k+
+// tokens, well beyond the pull crossover, that a peer holds.
 func fullAgentic() workload.AgenticConfig {
 	return workload.AgenticConfig{
-		Sessions: 64, Turns: 6, SystemPrompts: 4,
-		SystemTokensMin: 2048, SystemTokensMax: 4096,
-		UserTokens: 512, OutputTokens: 64,
+		Sessions: 48, Turns: 4, SystemPrompts: 8,
+		SystemTokensMin: 8192, SystemTokensMax: 12288,
+		UserTokens: 1024, OutputTokens: 64,
 		ThinkTime: 2 * time.Second, BurstSize: 8, BurstInterval: 5 * time.Second,
-		ArrivalRate: 1, Seed: 1, Vocab: demoVocab,
+		ArrivalRate: 1, Seed: 1, Vocab: demoVocab, WarmPrompts: true,
 	}
 }
 
-// quickAgentic is fullAgentic's shape with fewer, shorter sessions
-// arriving denser, on a timeline compressed like the engines' time: 32
-// sessions of four turns, three background sessions a second and a burst
-// every two seconds.
+// quickAgentic is fullAgentic's shape with fewer sessions arriving
+// denser, on a timeline compressed like the engines' time: 20 sessions of
+// four turns, two background sessions a second and a burst every two
+// seconds.
 func quickAgentic() workload.AgenticConfig {
 	w := fullAgentic()
-	w.Sessions, w.Turns = 32, 4
-	w.ThinkTime, w.BurstInterval, w.ArrivalRate = time.Second, 2*time.Second, 3
+	w.Sessions, w.Turns = 20, 4
+	w.ThinkTime, w.BurstInterval, w.ArrivalRate = time.Second, 2*time.Second, 2
 	return w
 }
 
@@ -239,6 +243,7 @@ func fillAgentic(w *workload.AgenticConfig, d workload.AgenticConfig) {
 	if w.Seed == 0 {
 		w.Seed = d.Seed
 	}
+	w.WarmPrompts = w.WarmPrompts || d.WarmPrompts
 	if w.Vocab == (workload.Vocab{}) {
 		w.Vocab = demoVocab
 	}

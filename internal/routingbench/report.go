@@ -90,6 +90,7 @@ type agenticJSON struct {
 	BurstIntervalMS float64 `json:"burst_interval_ms"`
 	ArrivalRate     float64 `json:"arrival_rate"`
 	Seed            uint64  `json:"seed"`
+	WarmPrompts     bool    `json:"warm_prompts"`
 }
 
 type mooncakeJSON struct {
@@ -122,7 +123,7 @@ func (o *Options) requests() ([]workload.Request, any, error) {
 		return nil, nil, fmt.Errorf("agentic workload (check --sessions, --turns, --burst, --rate): %w", err)
 	}
 	return reqs, agenticJSON{w.Sessions, w.Turns, w.SystemPrompts, w.SystemTokensMin, w.SystemTokensMax,
-		w.UserTokens, w.OutputTokens, ms(w.ThinkTime), w.BurstSize, ms(w.BurstInterval), w.ArrivalRate, w.Seed}, nil
+		w.UserTokens, w.OutputTokens, ms(w.ThinkTime), w.BurstSize, ms(w.BurstInterval), w.ArrivalRate, w.Seed, w.WarmPrompts}, nil
 }
 
 func (o *Options) config(w any, reqs []workload.Request) Config {
