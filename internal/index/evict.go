@@ -64,11 +64,16 @@ func (ix *Index) evict() {
 	}
 	atTh := k - below // how many of the nodes at the threshold go
 
-	srcs := ix.reg.ids()
-	stale := make(map[uint32][]staleEntry)
+	stale := make(map[*source][]staleEntry)
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.Lock()
+		// The sources are read with the shard locked: every holder in it
+		// was added by a source registered before, and a removed source's
+		// number is only reused once its holders are gone, so each holder
+		// word names the source it belongs to. (A list read once, before,
+		// missed sources registered meanwhile and left their counts high.)
+		srcs := ix.reg.ids()
 		// Freeing shifts later entries back into the hole: look at the same
 		// position again. Entries only ever move to positions not yet passed.
 		for j := 0; j < len(sh.tab); {
@@ -93,11 +98,7 @@ func (ix *Index) evict() {
 	// Engine-hash entries naming evicted nodes are stale now; clean them
 	// under each source's own lock, re-checking, since the source may have
 	// stored the block again meanwhile.
-	for id, list := range stale {
-		if int(id) >= len(srcs) || srcs[id] == nil {
-			continue
-		}
-		s := srcs[id]
+	for s, list := range stale {
 		s.mu.Lock()
 		if !s.gone {
 			for _, se := range list {
@@ -118,17 +119,18 @@ func (ix *Index) evict() {
 }
 
 // dropNode removes every holder of the node at pos and frees it.
-func (ix *Index) dropNode(sh *shard, pos int, srcs []*source, stale map[uint32][]staleEntry) {
+func (ix *Index) dropNode(sh *shard, pos int, srcs []*source, stale map[*source][]staleEntry) {
 	n := &sh.tab[pos]
 	sh.tmp = sh.appendHolders(sh.tmp[:0], n)
 	for _, w := range sh.tmp {
 		id := w >> idShift
-		stale[id] = append(stale[id], staleEntry{n.seq, sh.engineOf(n, w)})
+		if int(id) < len(srcs) && srcs[id] != nil {
+			s := srcs[id]
+			s.held.Add(-1)
+			stale[s] = append(stale[s], staleEntry{n.seq, sh.engineOf(n, w)})
+		}
 		if w&altBit != 0 {
 			delete(sh.alt, altKey{n.seq, id})
-		}
-		if int(id) < len(srcs) && srcs[id] != nil {
-			srcs[id].held.Add(-1)
 		}
 		ix.pairs.Add(-1)
 	}
