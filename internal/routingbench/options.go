@@ -152,7 +152,7 @@ func Quick() Options {
 // tokens, well beyond the pull crossover, that a peer holds.
 func fullAgentic() workload.AgenticConfig {
 	return workload.AgenticConfig{
-		Sessions: 48, Turns: 4, SystemPrompts: 8,
+		Sessions: 64, Turns: 4, SystemPrompts: 8,
 		SystemTokensMin: 8192, SystemTokensMax: 12288,
 		UserTokens: 1024, OutputTokens: 64,
 		ThinkTime: 2 * time.Second, BurstSize: 8, BurstInterval: 5 * time.Second,
