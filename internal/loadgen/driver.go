@@ -164,7 +164,7 @@ func (d *Driver) check() (string, error) {
 // send performs one request released at sentAt and returns its record and
 // when it ended.
 func (d *Driver) send(ctx context.Context, client *http.Client, endpoint string, r workload.Request, clock Clock, sentAt time.Time) (Record, time.Time) {
-	rec := Record{ID: r.ID, Session: r.Session, Turn: r.Turn, Due: r.Arrival}
+	rec := Record{ID: r.ID, Session: r.Session, Turn: r.Turn, Due: r.Arrival, Warmup: r.Warmup}
 	end := func(err error) (Record, time.Time) {
 		now := clock.Now()
 		rec.E2E = now.Sub(sentAt)

@@ -25,6 +25,9 @@ type Record struct {
 	// Err is nil for a request that completed with a usage chunk.
 	Err   error
 	Usage Usage
+	// Warmup is the request's workload.Request.Warmup: Summary leaves it
+	// out.
+	Warmup bool
 }
 
 // Results is the outcome of a run.
@@ -41,6 +44,8 @@ type Results struct {
 type Summary struct {
 	Requests int `json:"requests"`
 	Errors   int `json:"errors"`
+	// Warmup counts the warm-up requests sent but not measured.
+	Warmup int `json:"warmup_requests,omitempty"`
 
 	TTFTP50 float64 `json:"ttft_p50_ms"`
 	TTFTP90 float64 `json:"ttft_p90_ms"`
@@ -73,9 +78,14 @@ type Summary struct {
 // count restored tokens as cached and recomputed tokens must not go below
 // what was really prefilled.
 func (r Results) Summary() Summary {
-	s := Summary{Requests: len(r.Records)}
+	var s Summary
 	var e2e []float64
 	for _, rec := range r.Records {
+		if rec.Warmup {
+			s.Warmup++
+			continue
+		}
+		s.Requests++
 		if rec.Err != nil {
 			s.Errors++
 			continue

@@ -111,3 +111,14 @@ func TestSummary(t *testing.T) {
 		})
 	}
 }
+
+func TestSummaryLeavesWarmupOut(t *testing.T) {
+	res := Results{Wall: time.Second, Records: []Record{
+		{TTFT: time.Hour, E2E: time.Hour, Status: 200, Warmup: true, Usage: Usage{PromptTokens: 100, CompletionTokens: 1}},
+		{TTFT: time.Millisecond, E2E: time.Millisecond, Status: 200, Usage: Usage{PromptTokens: 10, CompletionTokens: 1}},
+	}}
+	s := res.Summary()
+	if s.Requests != 1 || s.Warmup != 1 || s.TTFTP99 != 1 || s.PromptTokens != 10 || s.OutputTokens != 1 {
+		t.Fatalf("%+v", s)
+	}
+}

@@ -68,7 +68,9 @@ func TestTinyRun(t *testing.T) {
 		t.Fatalf("Run: %v\nstderr:\n%s", err, errs.String())
 	}
 	assertNoChildren(t)
-	want, err := workload.Agentic(withVocab(o.Agentic))
+	filled := o
+	filled.fill() // as Run does
+	want, err := workload.Agentic(withVocab(filled.Agentic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +119,20 @@ func TestTinyRun(t *testing.T) {
 			}
 			num[f] = v
 		}
-		// Every policy ran the whole workload, without a failure.
-		if int(num["requests"]) != len(want) || num["errors"] != 0 {
+		// Every policy ran the whole workload, without a failure; the
+		// warm-ups are sent but not measured.
+		warm := 0
+		for _, r := range want {
+			if r.Warmup {
+				warm++
+			}
+		}
+		if int(num["requests"]) != len(want)-warm || num["errors"] != 0 {
 			t.Fatalf("%s: %v requests, %v errors; want %d and 0 (first error %q)", name, num["requests"], num["errors"],
-				len(want), report.Config.Policies[name].FirstError)
+				len(want)-warm, report.Config.Policies[name].FirstError)
+		}
+		if got, _ := strconv.Atoi(string(p["warmup_requests"])); got != warm {
+			t.Fatalf("%s: %s warm-up requests reported, want %d", name, p["warmup_requests"], warm)
 		}
 		if !(num["ttft_p50_ms"] > 0 && num["ttft_p50_ms"] <= num["ttft_p90_ms"] && num["ttft_p90_ms"] <= num["ttft_p99_ms"]) {
 			t.Fatalf("%s: TTFT percentiles %v, %v, %v out of order", name, num["ttft_p50_ms"], num["ttft_p90_ms"], num["ttft_p99_ms"])

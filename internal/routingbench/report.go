@@ -228,6 +228,10 @@ func writeTable(w io.Writer, r *Result) error {
 		return err
 	}
 	b.WriteByte('\n')
+	if len(r.runs) > 0 && r.runs[0].Summary.Warmup > 0 {
+		fmt.Fprintf(&b, "Each policy also sent %d warm-up requests, not measured: the first on each shared system prompt, computed cold under every policy.\n\n",
+			r.runs[0].Summary.Warmup)
+	}
 	if err := loadgen.WriteRatios(&b, r.runs, Reference); err != nil {
 		return err
 	}

@@ -44,7 +44,8 @@ type AgenticConfig struct {
 	// the prompts in turn (then random, as always), so that each burst's
 	// prompt was sent before the burst, as in a service whose agents'
 	// system prompts are always cached somewhere, rather than bursts on
-	// prompts no engine has seen yet, which no routing can help.
+	// prompts no engine has seen yet, which no routing can help. The first
+	// request on each prompt is then marked Warmup.
 	WarmPrompts bool
 	Seed        uint64
 	// Vocab is the token id range (default DefaultVocab).
@@ -141,9 +142,11 @@ func Agentic(cfg AgenticConfig) ([]Request, error) {
 	}
 	starts := sessionStarts(cfg, &r)
 	width := len(strconv.Itoa(cfg.Sessions))
+	systemOf := make(map[string]int, len(starts))
 	reqs := make([]Request, 0, cfg.Sessions*cfg.Turns)
 	for s, st := range starts {
 		session := fmt.Sprintf("agentic-%0*d", width, s+1)
+		systemOf[session] = st.system
 		sys := systems[st.system]
 		// One backing array per session: every turn's prompt is a prefix
 		// of the last turn's.
@@ -171,6 +174,16 @@ func Agentic(cfg AgenticConfig) ([]Request, error) {
 	// Session-major order before the stable sort makes ties resolve by
 	// session, then turn.
 	sortByArrival(reqs)
+	if cfg.WarmPrompts {
+		// The first request on each system prompt computes it cold under
+		// any policy: a warm-up, sent but not measured.
+		seen := make([]bool, cfg.SystemPrompts)
+		for i := range reqs {
+			if sys := systemOf[reqs[i].Session]; !seen[sys] {
+				seen[sys], reqs[i].Warmup = true, true
+			}
+		}
+	}
 	return reqs, nil
 }
 

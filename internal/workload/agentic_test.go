@@ -246,3 +246,36 @@ func TestAgenticConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAgenticWarmup: with WarmPrompts, exactly the first request on each
+// system prompt is a warm-up, and it comes before any other on its prompt.
+func TestAgenticWarmup(t *testing.T) {
+	cfg := Quick()
+	cfg.WarmPrompts = true
+	reqs, err := Agentic(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{} // system prompt, by its first tokens
+	warm := 0
+	for _, r := range reqs {
+		key := fmt.Sprint(r.Prompt[:cfg.SystemTokensMin])
+		if r.Warmup {
+			warm++
+			if seen[key] {
+				t.Fatalf("%s: warm-up on a prompt already sent", r.ID)
+			}
+		}
+		seen[key] = true
+	}
+	if warm != cfg.SystemPrompts {
+		t.Fatalf("%d warm-up requests, want %d", warm, cfg.SystemPrompts)
+	}
+	cfg.WarmPrompts = false
+	reqs, _ = Agentic(cfg)
+	for _, r := range reqs {
+		if r.Warmup {
+			t.Fatalf("%s: warm-up without WarmPrompts", r.ID)
+		}
+	}
+}

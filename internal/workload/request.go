@@ -28,6 +28,11 @@ type Request struct {
 	Text      string
 	MaxTokens int
 	CacheSalt string
+	// Warmup marks a request that is sent like the others but left out of
+	// the measured figures: the first computation of a shared system
+	// prompt (see AgenticConfig.WarmPrompts), the same work under every
+	// routing policy and one no routing can save.
+	Warmup bool
 }
 
 // sortByArrival orders requests by arrival, keeping the given order among
