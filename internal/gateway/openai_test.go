@@ -288,12 +288,12 @@ func FuzzParseClean(f *testing.F) {
 func TestParseCleanTakes(t *testing.T) {
 	for body, want := range map[string]bool{
 		`{"model":"m","prompt":[1,2,3],"max_tokens":4}`: true,
-		` {"model":"m","prompt": [ 1 , 2 ] } `:           true,
-		`{"model":"m","prompt":"hello"}`:                 true,
-		`{"model":"m","prompt":[1,2,3],"kv_hints":{}}`:   false, // Strip's to remove
-		`{"model":"m","prompt":[01]}`:                    false, // not JSON
-		`{"model":"m","prompt":[1,2,3]`:                  false,
-		`{"prompt":[1,2,3]}`:                             false, // no model: the full path says so
+		` {"model":"m","prompt": [ 1 , 2 ] } `:          true,
+		`{"model":"m","prompt":"hello"}`:                true,
+		`{"model":"m","prompt":[1,2,3],"kv_hints":{}}`:  false, // Strip's to remove
+		`{"model":"m","prompt":[01]}`:                   false, // not JSON
+		`{"model":"m","prompt":[1,2,3]`:                 false,
+		`{"prompt":[1,2,3]}`:                            false, // no model: the full path says so
 	} {
 		req, ok := parseClean(KindCompletion, []byte(body))
 		if ok != want {

@@ -62,11 +62,11 @@ func (p Placement) key() (key string, nested, envelope bool) {
 }
 
 func topLevelHint(key string) bool { return key == keySGLangHint || key == keySGLangHintOld }
+func nestedHint(key string) bool   { return key == keyVLLMHint || key == keyVLLMHintOld }
 
 // MayHold reports whether a request body's top-level member key can hold a
 // hint that Strip would remove: a body with none of them needs no Strip.
 func MayHold(key string) bool { return topLevelHint(key) || key == keyKVTransferParams }
-func nestedHint(key string) bool   { return key == keyVLLMHint || key == keyVLLMHintOld }
 
 // Strip removes every hint field a client may have put in a request body
 // (kv_transfer_params.router_hint, kv_transfer_params.kv_hint, kv_hints,
