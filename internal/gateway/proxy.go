@@ -208,13 +208,17 @@ func copyHeaders(dst, src http.Header) {
 
 // usage is the part of an OpenAI usage object the router reports on.
 type usage struct {
-	PromptTokens int `json:"prompt_tokens"`
-	Details      *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	KVRouter *struct {
-		PeerRestoredTokens int `json:"peer_restored_tokens"`
-	} `json:"kvrouter"`
+	PromptTokens int              `json:"prompt_tokens"`
+	Details      *promptDetails   `json:"prompt_tokens_details"`
+	KVRouter     *kvrouterDetails `json:"kvrouter"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+type kvrouterDetails struct {
+	PeerRestoredTokens int `json:"peer_restored_tokens"`
 }
 
 // responseUsage returns the usage of a non-streamed answer, nil when it
@@ -262,19 +266,16 @@ func readUsage(raw []byte) (*usage, bool) {
 		n, ok = intMember(inner, field)
 		return n, true, ok
 	}
-	if n, set, ok := nested("prompt_tokens_details", "cached_tokens"); !ok {
+	cached, setCached, ok1 := nested("prompt_tokens_details", "cached_tokens")
+	restored, setRestored, ok2 := nested("kvrouter", "peer_restored_tokens")
+	if !ok1 || !ok2 {
 		return nil, false
-	} else if set {
-		u.Details = &struct {
-			CachedTokens int `json:"cached_tokens"`
-		}{n}
 	}
-	if n, set, ok := nested("kvrouter", "peer_restored_tokens"); !ok {
-		return nil, false
-	} else if set {
-		u.KVRouter = &struct {
-			PeerRestoredTokens int `json:"peer_restored_tokens"`
-		}{n}
+	if setCached {
+		u.Details = &promptDetails{cached}
+	}
+	if setRestored {
+		u.KVRouter = &kvrouterDetails{restored}
 	}
 	return u, true
 }

@@ -176,8 +176,8 @@ func testCtx(t testing.TB) context.Context {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// assertMetric checks that /metrics has the exact sample line.
-func assertMetric(t testing.TB, e *Engine, line string) {
+// metricsText returns the engine's /metrics text.
+func metricsText(t testing.TB, e *Engine) string {
 	t.Helper()
 	resp, err := http.Get(e.URL() + pathMetrics)
 	if err != nil {
@@ -188,7 +188,14 @@ func assertMetric(t testing.TB, e *Engine, line string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(body), "\n") {
+	return string(body)
+}
+
+// assertMetric checks that /metrics has the exact sample line.
+func assertMetric(t testing.TB, e *Engine, line string) {
+	t.Helper()
+	body := metricsText(t, e)
+	for _, l := range strings.Split(body, "\n") {
 		if l == line {
 			return
 		}

@@ -3,7 +3,6 @@ package mocker
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -205,16 +204,7 @@ func TestPeerSecret(t *testing.T) {
 // a space), or -1 when /metrics has none.
 func metricValue(t testing.TB, e *Engine, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(e.URL() + pathMetrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(body), "\n") {
+	for _, l := range strings.Split(metricsText(t, e), "\n") {
 		if v, ok := strings.CutPrefix(l, name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
