@@ -13,6 +13,7 @@ import (
 func init() { benchCommands = append(benchCommands, newBenchRouterCmd) }
 
 func newBenchRouterCmd() *cobra.Command {
+	var gcPercent *int
 	cfg := routerbench.DefaultConfig()
 	var asJSON bool
 	var profile string
@@ -42,6 +43,10 @@ router_cpu_s_per_1k is the difference. Prompts are token ids unless --text.
 The run takes setup time plus --warmup plus twice --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The router runs in this process: collect as kvrouter serve does.
+			if err := applyGC(*gcPercent); err != nil {
+				return err
+			}
 			if profile != "" {
 				f, err := os.Create(profile)
 				if err != nil {
@@ -61,6 +66,7 @@ The run takes setup time plus --warmup plus twice --duration.`,
 		},
 	}
 	f := cmd.Flags()
+	gcPercent = gcFlag(f)
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "worker ranks to register")
 	f.IntVar(&cfg.DP, "dp", cfg.DP, "data-parallel ranks per registered worker")
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to drive the router (and then the null engine alone)")

@@ -16,6 +16,7 @@ import (
 func init() { commands = append(commands, newServeCmd) }
 
 func newServeCmd() *cobra.Command {
+	var gcPercent *int
 	o := gateway.Defaults()
 	var (
 		workers  []string
@@ -66,6 +67,9 @@ when --allow-target-override is set.`,
   kvrouter serve --events-bind 'tcp://*:5557' --worker url=http://10.0.0.6:8000 --tokenizer engine`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyGC(*gcPercent); err != nil {
+				return err
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
@@ -85,6 +89,7 @@ when --allow-target-override is set.`,
 		},
 	}
 	f := cmd.Flags()
+	gcPercent = gcFlag(f)
 	f.StringVar(&o.Listen, "listen", o.Listen, "HOST:PORT of the HTTP front door")
 	f.StringVar(&o.NATS, "nats", "", "URL of the NATS cluster (JetStream enabled) where agents register and replicas share load; empty starts an embedded server")
 	f.StringVar(&o.NATSListen, "nats-listen", o.NATSListen, "HOST:PORT of the embedded NATS server when --nats is empty (port 0 picks a free one); use a reachable host for agents on other machines")

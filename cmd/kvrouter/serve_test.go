@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -68,5 +69,27 @@ func TestServeHelp(t *testing.T) {
 		if !strings.Contains(out.String(), key) {
 			t.Errorf("--help does not explain the --worker key %s", key)
 		}
+	}
+}
+
+func TestApplyGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	if err := applyGC(250); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetGCPercent(100); got != 250 {
+		t.Fatalf("GC percent %d, want 250", got)
+	}
+	if err := applyGC(0); err == nil {
+		t.Fatal("--gc-percent 0 taken")
+	}
+	t.Setenv("GOGC", "50")
+	debug.SetGCPercent(50)
+	if err := applyGC(400); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetGCPercent(100); got != 50 {
+		t.Fatalf("GOGC=50 overridden: %d", got)
 	}
 }
