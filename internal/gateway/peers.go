@@ -199,10 +199,10 @@ func (p *Peers) publish(m loadMsg) {
 // flush sends what is pending, batchMax messages a payload.
 func (p *Peers) flush() {
 	p.pmu.Lock()
-	msgs := p.pending
+	all := p.pending
 	p.pending = p.spare[:0]
 	p.pmu.Unlock()
-	for len(msgs) > 0 {
+	for msgs := all; len(msgs) > 0; {
 		n := min(len(msgs), batchMax)
 		b, err := json.Marshal(loadBatch{Replica: p.Replica, Msgs: msgs[:n]})
 		if err == nil {
@@ -215,8 +215,9 @@ func (p *Peers) flush() {
 		}
 		msgs = msgs[n:]
 	}
+	clear(all) // keeps no ids alive
 	p.pmu.Lock()
-	p.spare = msgs[:0:cap(msgs)]
+	p.spare = all[:0]
 	p.pmu.Unlock()
 }
 
