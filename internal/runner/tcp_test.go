@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // countingListener counts accepted connections, to observe reuse.
@@ -273,7 +275,10 @@ func dropConns(t *testing.T, s *Server) {
 // block that arrives is whole: no checksum failure, no wrong bytes.
 func TestServeUnderEviction(t *testing.T) {
 	src := startSource(t, 4, TCPConfig{})
-	dst := newDest(t, Config{Capacity: 8}, TCPConfig{})
+	// The test is about whole blocks under churn, not speed: on a loaded
+	// machine the churning loop below can hold a fetch past the default
+	// second.
+	dst := newDest(t, Config{Capacity: 8, OperationTimeout: 5 * time.Second}, TCPConfig{})
 	keys := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 	stop := make(chan struct{})
 	churned := make(chan struct{})
@@ -290,6 +295,7 @@ func TestServeUnderEviction(t *testing.T) {
 			if i%5 == 0 {
 				src.r.Evict(keys[(i+3)%len(keys)])
 			}
+			runtime.Gosched() // churn, but leave the fetch its turns
 		}
 	}()
 	rounds := 200
