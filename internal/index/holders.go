@@ -65,8 +65,42 @@ func (sh *shard) sparseWords(n *node) []uint32 {
 	return sh.arena[n.h0+2 : n.h0+2+sh.arena[n.h0]]
 }
 
+// A dense block ends with two words of fingerprint: the sum over its
+// holders of a mix of (id, tier mask), kept as masks change. Match compares
+// a thousand sources' holder sets block after block along a shared system
+// prompt; equal fingerprints say the set did not change without loading
+// the sets (a 64-bit sum, as trustworthy as the identities themselves).
+const fpWords = 2
+
+// denseCap is how many mask words a dense block of class c holds.
+func denseCap(c uint32) uint32 { return classCap(c) - fpWords }
+
 func (sh *shard) denseWords(n *node) []uint32 {
-	return sh.arena[n.h0+2 : n.h0+2+classCap(sh.arena[n.h0+1]&^denseKind)]
+	return sh.arena[n.h0+2 : n.h0+2+denseCap(sh.arena[n.h0+1]&^denseKind)]
+}
+
+// denseFP returns a dense block's fingerprint.
+func (sh *shard) denseFP(n *node) uint64 {
+	at := n.h0 + 2 + denseCap(sh.arena[n.h0+1]&^denseKind)
+	return uint64(sh.arena[at]) | uint64(sh.arena[at+1])<<32
+}
+
+// addFP adds d to a dense block's fingerprint.
+func (sh *shard) addFP(n *node, d uint64) {
+	at := n.h0 + 2 + denseCap(sh.arena[n.h0+1]&^denseKind)
+	fp := uint64(sh.arena[at]) | uint64(sh.arena[at+1])<<32 + d
+	sh.arena[at], sh.arena[at+1] = uint32(fp), uint32(fp>>32)
+}
+
+// fpOf is one holder's part of a fingerprint; a zero mask holds nothing.
+func fpOf(id, mask uint32) uint64 {
+	if mask == 0 {
+		return 0
+	}
+	x := uint64(id)<<4 | uint64(mask) + 0x9e3779b97f4a7c15 // splitmix64
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // holderCount returns how many sources hold n.
@@ -196,37 +230,44 @@ func (sh *shard) putHolder(n *node, w uint32) {
 }
 
 func (sh *shard) putDense(n *node, id, tiers uint32) {
-	if id/nibbles >= classCap(sh.arena[n.h0+1]&^denseKind) {
-		old := sh.denseWords(n)
-		off := sh.alloc(classFor(id/nibbles + 1))
+	if id/nibbles >= denseCap(sh.arena[n.h0+1]&^denseKind) {
+		old, fp := sh.denseWords(n), sh.denseFP(n)
+		off := sh.alloc(classFor(id/nibbles + 1 + fpWords))
 		sh.arena[off+1] |= denseKind
 		sh.arena[off] = sh.arena[n.h0]
 		payload := sh.arena[off+2 : off+2+classCap(sh.arena[off+1]&^denseKind)]
 		clear(payload[copy(payload, old):])
 		sh.release(n.h0)
 		n.h0 = off
+		sh.addFP(n, fp)
 	}
 	k := n.h0 + 2 + id/nibbles
 	shift := 4 * (id % nibbles)
-	if sh.arena[k]>>shift&tierMask == 0 {
+	was := sh.arena[k] >> shift & tierMask
+	if was == 0 {
 		sh.arena[n.h0]++
 	}
 	sh.arena[k] = sh.arena[k]&^(tierMask<<shift) | tiers<<shift
+	sh.addFP(n, fpOf(id, tiers)-fpOf(id, was))
 }
 
 // toDense turns n's sparse block dense.
 func (sh *shard) toDense(n *node) {
 	ws := sh.sparseWords(n)
 	words := ws[len(ws)-1]>>idShift/nibbles + 1
-	off := sh.alloc(classFor(words))
+	off := sh.alloc(classFor(words + fpWords))
 	sh.arena[off+1] |= denseKind
 	sh.arena[off] = uint32(len(ws))
 	payload := sh.arena[off+2 : off+2+classCap(sh.arena[off+1]&^denseKind)]
 	clear(payload)
+	var fp uint64
 	for _, w := range ws {
 		id := w >> idShift
 		payload[id/nibbles] |= w & tierMask << (4 * (id % nibbles))
+		fp += fpOf(id, w&tierMask)
 	}
+	at := len(payload) - fpWords
+	payload[at], payload[at+1] = uint32(fp), uint32(fp>>32)
 	sh.release(n.h0)
 	n.h0 = off
 }
@@ -268,10 +309,12 @@ func (sh *shard) delHolder(n *node, id uint32) {
 			return
 		}
 		k, shift := id/nibbles, 4*(id%nibbles)
-		if ws[k]>>shift&tierMask == 0 {
+		was := ws[k] >> shift & tierMask
+		if was == 0 {
 			return
 		}
 		ws[k] &^= tierMask << shift
+		sh.addFP(n, -fpOf(id, was))
 		if sh.arena[n.h0]--; sh.arena[n.h0] < sparseAt {
 			sh.toSparse(n)
 		}
@@ -343,7 +386,7 @@ func (sh *shard) holders(n *node, buf *[2]uint32) (ws []uint32, dense bool) {
 	}
 	off := n.h0 + 2
 	if kind := sh.arena[n.h0+1]; kind&denseKind != 0 {
-		end := off + classCap(kind&^denseKind)
+		end := off + denseCap(kind&^denseKind)
 		return sh.arena[off:end:end], true
 	}
 	end := off + sh.arena[n.h0]

@@ -48,6 +48,15 @@ func checkInvariants(t *testing.T, ix *Index) {
 			if len(ws) != c {
 				t.Fatalf("shard %d node %#x: count %d, %d holders", si, n.seq, c, len(ws))
 			}
+			if sh.isDense(n) {
+				var fp uint64
+				for _, w := range ws {
+					fp += fpOf(w>>idShift, w&tierMask)
+				}
+				if got := sh.denseFP(n); got != fp {
+					t.Fatalf("shard %d node %#x: fingerprint %#x, holders make %#x", si, n.seq, got, fp)
+				}
+			}
 			var last uint32
 			for i, w := range ws {
 				id := w >> idShift

@@ -158,9 +158,14 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			}
 			n := &sh.tab[pos]
 			cur, dense := sh.holders(n, &sc.inline[i&1])
+			var fp uint64
+			if dense {
+				fp = sh.denseFP(n)
+			}
 			// Along a conversation the holders rarely change from one
-			// block to the next: then nothing changes for anybody.
-			if i == 0 || dense || sc.prevDense || !sameWords(cur, sc.prev) {
+			// block to the next: then nothing changes for anybody. (Dense
+			// sets are compared by fingerprint, not loaded.)
+			if i == 0 || dense != sc.prevDense || dense && fp != sc.prevFP || !dense && !sameWords(cur, sc.prev) {
 				sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
 				if sc.alive == 0 {
 					return i
@@ -176,7 +181,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			if sc.now != 0 {
 				n.touch(sc.now)
 			}
-			sc.prev, sc.prevDense = cur, dense
+			sc.prev, sc.prevDense, sc.prevFP = cur, dense, fp
 		}
 		ents = next
 	}
@@ -247,6 +252,7 @@ type scratch struct {
 	abuf      []altHolder  // alt holders of a block
 	prev      []uint32     // holders of the previous block
 	prevDense bool
+	prevFP    uint64 // fingerprint of prev, when dense
 	tmp       []uint32
 	convA     []uint32 // holder words turned into tier-mask words
 	convB     []uint32
