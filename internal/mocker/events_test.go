@@ -30,7 +30,12 @@ type received struct {
 
 func subscribe(t *testing.T, endpoint string) *sub {
 	t.Helper()
-	s, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: endpoint})
+	return subscribeWith(t, kvstream.Config{Endpoint: endpoint})
+}
+
+func subscribeWith(t *testing.T, cfg kvstream.Config) *sub {
+	t.Helper()
+	s, err := kvstream.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,19 +298,7 @@ func TestEventsVLLM(t *testing.T) {
 // subscriber (llm-d style) under the topic kv@<host>:<port>@<model>.
 func TestEventsConnect(t *testing.T) {
 	port := freePorts(t, 3) // subscriber, runner, replay: disjoint by construction
-	s, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: "tcp://127.0.0.1:" + strconv.Itoa(port), Bind: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(testCtx(t))
-	ch := make(chan kvstream.Item, 1024)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Run(ctx, ch)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	sb := &sub{t: t, ch: ch, ctx: ctx}
+	sb := subscribeWith(t, kvstream.Config{Endpoint: "tcp://127.0.0.1:" + strconv.Itoa(port), Bind: true})
 
 	e := startEngine(t, func(c *Config) {
 		c.EventsConnect = "tcp://127.0.0.1:" + strconv.Itoa(port)
