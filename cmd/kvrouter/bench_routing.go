@@ -2,10 +2,7 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -101,13 +98,9 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
   kvrouter bench routing --policies kv,kv_hints --plot /tmp/ttft.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
-			level := slog.LevelWarn
-			if verbose {
-				level = slog.LevelDebug
-			}
-			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			o.Logger = stderrLogger(cmd, verbosity(verbose))
 			o.PrefillPerToken = time.Duration(prefillUS * float64(time.Microsecond))
 			o.DecodePerToken = time.Duration(decodeMS * float64(time.Millisecond))
 			o.RestorePerToken = time.Duration(restoreUS * float64(time.Microsecond))

@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -65,13 +62,9 @@ and --json; the other flags shape the workload run.`,
   kvrouter demo --scenario seed --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
-			level := slog.LevelWarn
-			if verbose {
-				level = slog.LevelDebug
-			}
-			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			o.Logger = stderrLogger(cmd, verbosity(verbose))
 			switch scenario {
 			case "seed":
 				res, err := demo.Seed(ctx, demo.SeedOptions{Flavor: o.Flavor, LogDir: o.LogDir, Logger: o.Logger})

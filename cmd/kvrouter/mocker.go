@@ -63,7 +63,7 @@ header, else the least loaded.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			c.Logger = stderrLogger(cmd, level)
 			c.Flavor = mocker.Flavor(flavor)
 			c.PrefillPerToken = time.Duration(prefillUS * float64(time.Microsecond))
 			c.DecodePerToken = time.Duration(decodeMS * float64(time.Millisecond))

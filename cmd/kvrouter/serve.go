@@ -3,9 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,7 +71,7 @@ when --allow-target-override is set.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			o.Log = stderrLogger(cmd, level)
 			for _, w := range workers {
 				spec, err := gateway.ParseWorkerSpec(w)
 				if err != nil {
@@ -83,7 +80,7 @@ when --allow-target-override is set.`,
 				o.Workers = append(o.Workers, spec)
 			}
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			return gateway.Run(ctx, o)
 		},
