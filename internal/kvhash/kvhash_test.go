@@ -2,6 +2,7 @@ package kvhash
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -139,5 +140,50 @@ func BenchmarkLocalHashes10k(b *testing.B) {
 	b.SetBytes(int64(len(tokens) * 4))
 	for b.Loop() {
 		dst = AppendLocalHashes(dst[:0], tokens, 16, Seed)
+	}
+}
+
+// sequenceHashRef is SequenceHash as the library computes it.
+func sequenceHashRef(parent, local uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], parent)
+	binary.LittleEndian.PutUint64(b[8:], local)
+	return xxh3.HashSeed(b[:], Seed)
+}
+
+func TestSequenceHashIsXXH3(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	cases := [][2]uint64{{0, 0}, {^uint64(0), ^uint64(0)}, {1, 0}, {0, 1}, {Seed, Seed}}
+	for range 10_000 {
+		cases = append(cases, [2]uint64{r.Uint64(), r.Uint64()})
+	}
+	for _, c := range cases {
+		if got, want := SequenceHash(c[0], c[1]), sequenceHashRef(c[0], c[1]); got != want {
+			t.Fatalf("SequenceHash(%#x, %#x) = %#x, xxh3.HashSeed gives %#x", c[0], c[1], got, want)
+		}
+	}
+}
+
+func FuzzSequenceHash(f *testing.F) {
+	f.Add(uint64(0), uint64(0))
+	f.Add(uint64(0x1f67b3b7a4a44072), uint64(0x8e2443f7744608b8))
+	f.Fuzz(func(t *testing.T, parent, local uint64) {
+		if got, want := SequenceHash(parent, local), sequenceHashRef(parent, local); got != want {
+			t.Fatalf("SequenceHash(%#x, %#x) = %#x, xxh3.HashSeed gives %#x", parent, local, got, want)
+		}
+	})
+}
+
+func BenchmarkSequenceHash(b *testing.B) {
+	var h uint64
+	for b.Loop() {
+		h = SequenceHash(h, 12345)
+	}
+}
+
+func BenchmarkSequenceHashRef(b *testing.B) {
+	var h uint64
+	for b.Loop() {
+		h = sequenceHashRef(h, 12345)
 	}
 }
