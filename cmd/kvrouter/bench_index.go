@@ -29,6 +29,13 @@ one goroutine, and reports:
                             source holds a prefix of
   bytes_per_block_source    heap added by the index (after GC) divided by
                             (block, source) pairs
+  host_stalls_per_s, host_stall_p50_us
+                            how often, and for how long, the host took the CPU
+                            from a thread spinning on the clock just before the
+                            matches (gaps over 2 µs). A match that overlaps a
+                            stall takes that much longer, so once more than 1%
+                            of matches do (p50 × stalls/s > 10^4), p99 measures
+                            the host rather than the index.
 
 The run takes a few seconds and about 300 MB at the defaults; use --quick for a
 small version. Latencies are wall clock, so other load on the machine shows.`,
