@@ -16,7 +16,7 @@ func newBenchRouterCmd() *cobra.Command {
 	var gcPercent *int
 	cfg := routerbench.DefaultConfig()
 	var asJSON bool
-	var profile string
+	var profile, memProfile string
 	cmd := &cobra.Command{
 		Use:   "router",
 		Short: "Measure the router's own cost: routed requests/s, added latency, CPU, memory",
@@ -47,6 +47,14 @@ The run takes setup time plus --warmup plus twice --duration.`,
 			if err := applyGC(*gcPercent); err != nil {
 				return err
 			}
+			if memProfile != "" {
+				f, err := os.Create(memProfile)
+				if err != nil {
+					return fmt.Errorf("--memprofile: %w", err)
+				}
+				defer f.Close()
+				cfg.MemProfile = f
+			}
 			if profile != "" {
 				f, err := os.Create(profile)
 				if err != nil {
@@ -76,6 +84,7 @@ The run takes setup time plus --warmup plus twice --duration.`,
 	f.BoolVar(&cfg.Text, "text", false, "send prompts as text for the router to tokenize (default: token ids)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "workload seed")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the routed phase to this file")
+	f.StringVar(&memProfile, "memprofile", "", "write the routed phase's allocations (pprof allocs, -sample_index=alloc_space) to this file")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	return cmd
 }

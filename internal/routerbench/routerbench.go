@@ -44,6 +44,10 @@ type Config struct {
 	Setup time.Duration
 	// Profile, when set, gets a CPU profile of the routed phase alone.
 	Profile io.Writer
+	// MemProfile, when set, gets the allocations of the routed phase
+	// (pprof "allocs", sampled every 64 KiB): what the collector has to
+	// clean up per request.
+	MemProfile io.Writer
 }
 
 // DefaultConfig is the flag defaults.
@@ -104,6 +108,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.MemProfile != nil {
+		runtime.MemProfileRate = 0 // setup is not the router's cost
+	}
 	w, err := newWorkload(cfg.Seed, cfg.PromptTokens, cfg.Text)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -154,9 +161,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("--cpuprofile: %w", err)
 		}
 	}
+	if cfg.MemProfile != nil {
+		runtime.MemProfileRate = 64 << 10 // sampled from here on only
+	}
 	routed := c.run(ctx, g.Addr, "/v1/completions", cfg.Concurrency, cfg.Duration)
 	if cfg.Profile != nil {
 		pprof.StopCPUProfile()
+	}
+	if cfg.MemProfile != nil {
+		runtime.GC() // the profile is as of the last collection
+		err := pprof.Lookup("allocs").WriteTo(cfg.MemProfile, 0) // scaled by the rate in force
+		runtime.MemProfileRate = 0
+		if err != nil {
+			return nil, fmt.Errorf("--memprofile: %w", err)
+		}
 	}
 	ts := tr.set(false)
 	hits := be.hits.Load() - hits0
