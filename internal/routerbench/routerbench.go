@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		pprof.StopCPUProfile()
 	}
 	if cfg.MemProfile != nil {
-		runtime.GC() // the profile is as of the last collection
+		runtime.GC()                                             // the profile is as of the last collection
 		err := pprof.Lookup("allocs").WriteTo(cfg.MemProfile, 0) // scaled by the rate in force
 		runtime.MemProfileRate = 0
 		if err != nil {
