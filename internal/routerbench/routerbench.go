@@ -169,8 +169,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		pprof.StopCPUProfile()
 	}
 	if cfg.MemProfile != nil {
-		runtime.GC()                                             // the profile is as of the last collection
-		err := pprof.Lookup("allocs").WriteTo(cfg.MemProfile, 0) // scaled by the rate in force
+		// The profile is as of the last collection, and scaled by the
+		// sampling rate in force when it is written.
+		runtime.GC()
+		err := pprof.Lookup("allocs").WriteTo(cfg.MemProfile, 0)
 		runtime.MemProfileRate = 0
 		if err != nil {
 			return nil, fmt.Errorf("--memprofile: %w", err)
