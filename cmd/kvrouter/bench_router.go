@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -47,21 +48,19 @@ The run takes setup time plus --warmup plus twice --duration.`,
 			if err := applyGC(*gcPercent); err != nil {
 				return err
 			}
-			if memProfile != "" {
-				f, err := os.Create(memProfile)
+			for _, p := range []struct {
+				flag, path string
+				w          *io.Writer
+			}{{"--cpuprofile", profile, &cfg.Profile}, {"--memprofile", memProfile, &cfg.MemProfile}} {
+				if p.path == "" {
+					continue
+				}
+				f, err := os.Create(p.path)
 				if err != nil {
-					return fmt.Errorf("--memprofile: %w", err)
+					return fmt.Errorf("%s: %w", p.flag, err)
 				}
 				defer f.Close()
-				cfg.MemProfile = f
-			}
-			if profile != "" {
-				f, err := os.Create(profile)
-				if err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer f.Close()
-				cfg.Profile = f
+				*p.w = f
 			}
 			res, err := routerbench.Run(cmd.Context(), cfg)
 			if err != nil {
