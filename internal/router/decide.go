@@ -345,7 +345,7 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 			req.PrefixToBeat, req.Chain = tm.DeviceDepth, tm.Chain
 		}
 	}
-	shallow := 0
+	shallow := false // some source but the target cannot beat its prefix
 	for i := range g.matches {
 		m := &g.matches[i]
 		depth := m.Depth
@@ -354,12 +354,16 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 			// lower tiers are not served to peers.
 			depth = m.DeviceDepth
 		}
-		if m.Source == tsrc {
+		if depth <= req.PrefixToBeat {
+			// Cannot win; skipping spares the lookups. The target is
+			// compared once one is shallow, not with every candidate:
+			// with hundreds, that comparison was 2% of a decision.
+			if !shallow && m.Source != tsrc {
+				shallow = true
+			}
 			continue
 		}
-		if depth <= req.PrefixToBeat {
-			// Cannot win; skipping spares the lookups.
-			shallow++
+		if m.Source == tsrc {
 			continue
 		}
 		guess := false
@@ -379,7 +383,7 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 		})
 	}
 	h, d := hints.Select(req, r.policies[g.bs])
-	if d.Reason == hints.ReasonNoCandidate && shallow > 0 {
+	if d.Reason == hints.ReasonNoCandidate && shallow {
 		d.Reason = hints.ReasonNotBeyondTarget
 	}
 	return h, d
