@@ -56,9 +56,10 @@ func AppendLocalHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64
 //
 // It is XXH3's 9-to-16-byte path written out for exactly 16 bytes, which
 // the compiler inlines: Match hashes every block of every request, and the
-// library's general entry point (a call, a switch on the length, the bytes
-// stored and read back) cost it three times as much. The tests hold it to
-// xxh3.HashSeed on random and fuzzed inputs.
+// library's general entry point adds a call, a switch on the length and the
+// bytes stored and read back (7.0 against 7.6–9.5 ns a hash, `go test
+// -bench SequenceHash`). The tests hold it to xxh3.HashSeed on random and
+// fuzzed inputs.
 func SequenceHash(parent, local uint64) uint64 {
 	lo := parent ^ seqFlip1
 	hi := local ^ seqFlip2
