@@ -473,4 +473,3 @@ func (ix *Index) tick() uint32 {
 func (ix *Index) epoch() uint32 {
 	return uint32((ix.clock.Load() - ix.base.Load()) >> epochShift)
 }
-
