@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -209,6 +210,28 @@ func TestTokenIDsFastPath(t *testing.T) {
 		got, err := tokenIDs(json.RawMessage(raw), "prompt")
 		if fmt.Sprint(got, err) != fmt.Sprint(want, wantErr) || (got == nil) != (want == nil) {
 			t.Errorf("%s: got %v %v, want %v %v", raw, got, err, want, wantErr)
+		}
+	}
+}
+
+// TestDigitRun: the word-at-a-time reader finds a digit run's end and
+// value for every length and whatever byte follows, as the byte loop does.
+func TestDigitRun(t *testing.T) {
+	for n := 0; n <= 8; n++ {
+		for _, next := range []byte{',', ']', ' ', '.', 'e', '/', ':', 0x00, 0x7F, 0x80, 0xF4, 0xFF} {
+			digits := strconv.Itoa(98765432)[:n]
+			b := append([]byte(digits), next, '1', '2', '3', '4', '5', '6', '7', '8')
+			w := binary.LittleEndian.Uint64(b)
+			if got := digitRun(w); got != n {
+				t.Fatalf("digitRun(%q) = %d, want %d", b[:8], got, n)
+			}
+			if n == 0 {
+				continue
+			}
+			want, _ := strconv.ParseUint(digits, 10, 32)
+			if got := eightDigits(w << (64 - 8*n)); uint64(got) != want {
+				t.Fatalf("eightDigits(%q) = %d, want %d", digits, got, want)
+			}
 		}
 	}
 }
