@@ -9,17 +9,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
-	"time"
 
 	"kvrouter/internal/hints"
 	"kvrouter/internal/rawjson"
 	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
+	"kvrouter/internal/upstream"
 )
 
 // sendResult is how one attempt at a worker ended.
@@ -81,19 +79,16 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		return sendResult{err: badRequest(err)}
 	}
 	t := d.Target
-	hr, err := http.NewRequestWithContext(r.Context(), http.MethodPost, t.Worker.URL+upstreamPath(p.kind), bytes.NewReader(body))
-	if err != nil {
-		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error", err.Error(), outcomeUpstreamError}}
+	h := make(http.Header, len(r.Header)+4)
+	copyHeaders(h, r.Header)
+	for _, k := range []string{"Host", "Content-Length", "Accept-Encoding", "Expect", headerTarget, headerDPRank, headerVLLMDPRank} {
+		h.Del(k)
 	}
-	copyHeaders(hr.Header, r.Header)
-	for _, h := range []string{"Host", "Content-Length", "Accept-Encoding", headerTarget, headerDPRank, headerVLLMDPRank} {
-		hr.Header.Del(h)
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set(headerRequestID, p.id)
-	hr.Header.Set(headerDPRank, strconv.Itoa(t.Rank))
+	h.Set("Content-Type", "application/json")
+	h.Set(headerRequestID, p.id)
+	h.Set(headerDPRank, strconv.Itoa(t.Rank))
 	if t.Worker.Engine == router.EngineVLLM {
-		hr.Header.Set(headerVLLMDPRank, strconv.Itoa(t.Rank-t.Worker.DPStart))
+		h.Set(headerVLLMDPRank, strconv.Itoa(t.Rank-t.Worker.DPStart))
 	}
 
 	loadID := s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10)
@@ -106,21 +101,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	// generation ends, and requests sharing the prefix come meanwhile.
 	s.Router.Commit(d, s.Now())
 
-	var wrote atomic.Int64 // set by the transport's writer goroutine
-	if s.Trace != nil {
-		hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), &httptrace.ClientTrace{
-			WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
-		}))
-	}
-	resp, err := s.Client.Do(hr)
+	resp, err := s.Upstream.Do(r.Context(), &upstream.Request{URL: t.Worker.URL, Path: upstreamPath(p.kind), Header: h, Body: body})
 	if s.Trace != nil && err == nil {
-		// The answer can overtake the writer's report; the request was
-		// written by the time it came, so the answer's time bounds it.
-		sent := time.Now()
-		if at := wrote.Load(); at != 0 {
-			sent = time.Unix(0, at)
-		}
-		s.Trace(Timing{Added: sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
+		s.Trace(Timing{Added: resp.Sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
 	}
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {

@@ -16,6 +16,7 @@ import (
 	"kvrouter/internal/discovery"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/router"
+	"kvrouter/internal/upstream"
 	"kvrouter/internal/schedule"
 	"kvrouter/internal/tokenizer"
 )
@@ -295,7 +296,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	g.Addr = ln.Addr().String()
 
 	peers := NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, g.Metrics, o.Log, o.Now)
-	g.Server = &Server{Router: r, Tok: tok, Client: client, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
+	g.Server = &Server{Router: r, Tok: tok, Upstream: &upstream.Client{}, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace}
 	g.http = &http.Server{Handler: g.Server.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
@@ -355,6 +356,9 @@ func (g *Gateway) Close() error {
 	}
 	g.cancel()
 	g.wg.Wait()
+	if g.Server != nil {
+		g.Server.Upstream.CloseIdle()
+	}
 	if g.ownBus {
 		g.Bus.Close()
 	}

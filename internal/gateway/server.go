@@ -18,6 +18,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
+	"kvrouter/internal/upstream"
 )
 
 // LoadTracker records requests in flight: the router's own load view and,
@@ -30,13 +31,14 @@ type LoadTracker interface {
 
 // Server is the HTTP front door.
 type Server struct {
-	Router  *router.Router
-	Tok     Tokenizer
-	Client  *http.Client
-	Metrics *Metrics
-	Log     *slog.Logger
-	Now     func() time.Time
-	Load    LoadTracker
+	Router *router.Router
+	Tok    Tokenizer
+	// Upstream sends requests to workers.
+	Upstream *upstream.Client
+	Metrics  *Metrics
+	Log      *slog.Logger
+	Now      func() time.Time
+	Load     LoadTracker
 	// AllowTargetOverride lets x-kvrouter-target force the worker.
 	AllowTargetOverride bool
 	// MaxBody bounds a request body in bytes.

@@ -15,8 +15,8 @@ import (
 // whatever they spend is taken from the router. They speak HTTP/1.1 on the
 // wire themselves, as wrk or h2load would, rather than through net/http,
 // whose client alone cost a fifth of a routed request's CPU. The router
-// between them is untouched: its server and its upstream client are
-// net/http's.
+// between them is untouched: its server is net/http's, its client to
+// engines internal/upstream, as in service.
 
 // errWire marks an answer this minimal HTTP/1.1 reader cannot take.
 var errWire = errors.New("routerbench: unexpected HTTP on the wire")
