@@ -16,9 +16,9 @@ import (
 	"kvrouter/internal/discovery"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/router"
-	"kvrouter/internal/upstream"
 	"kvrouter/internal/schedule"
 	"kvrouter/internal/tokenizer"
+	"kvrouter/internal/upstream"
 )
 
 // ErrOptions marks a configuration that cannot start; the message names the
