@@ -75,6 +75,21 @@ func BenchmarkFrontDoor(b *testing.B) {
 			}
 		}
 	})
+	// The usual forward: no hint, the SGLang DP rank appended to an ids
+	// prompt.
+	idsP, aerr := s.prepare(idsReq, idsBody, KindCompletion)
+	if aerr != nil {
+		b.Fatal(aerr)
+	}
+	plain := &router.Decision{Target: d.Target, HintDecision: hints.Decision{Reason: hints.ReasonDisabled}}
+	b.Run("ids-body", func(b *testing.B) {
+		b.SetBytes(int64(len(idsBody)))
+		for b.Loop() {
+			if _, err := upstreamBody(idsP, plain); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("body", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {

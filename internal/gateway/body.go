@@ -91,6 +91,30 @@ func editMembers(body []byte, set ...member) []byte {
 	return append(out, body[i+1:]...)
 }
 
+// appendMembers adds set's members to a valid JSON object of n members
+// that holds none of their keys, before its closing brace.
+func appendMembers(body []byte, n int, set []member) []byte {
+	end := len(body) - 1
+	for body[end] != '}' { // trailing whitespace
+		end--
+	}
+	extra := 0
+	for _, m := range set {
+		extra += len(m.key) + len(m.value) + 8
+	}
+	out := make([]byte, 0, len(body)+extra)
+	out = append(out, body[:end]...)
+	for _, m := range set {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		k, _ := json.Marshal(m.key) // a string always marshals
+		out = append(append(append(out, k...), ':'), m.value...)
+		n++
+	}
+	return append(out, body[end:]...)
+}
+
 // setsKey reports whether the quoted key raw is one of set's keys.
 func setsKey(set []member, raw []byte) bool {
 	var k string

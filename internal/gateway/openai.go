@@ -53,6 +53,10 @@ type Request struct {
 	Messages            []tokenizer.Message
 	RawMessages         json.RawMessage
 	AddGenerationPrompt bool
+
+	// top is the body's top-level members by (unescaped) key, as parsed:
+	// what the forwarded body's edits need to know of it.
+	top map[string]json.RawMessage
 }
 
 // Members routing reads, matched exactly as engines (Python's json) do:
@@ -126,7 +130,7 @@ func parseClean(kind Kind, body []byte) (req *Request, ok bool) {
 // parseMembers reads a request from its top-level members; tokens, when
 // set, are the prompt's ids already read.
 func parseMembers(kind Kind, w map[string]json.RawMessage, tokens []uint32) (*Request, error) {
-	req := &Request{Kind: kind, AddGenerationPrompt: true}
+	req := &Request{Kind: kind, AddGenerationPrompt: true, top: w}
 	var err error
 	if req.Model, err = str(w[keyModel], keyModel, true); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"kvrouter/internal/hints"
+	"kvrouter/internal/router"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -68,6 +70,7 @@ func TestParseRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			got.top = nil // the body's members, for edits: not the request's meaning
 			if !reflect.DeepEqual(*got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", *got, tc.want)
 			}
@@ -324,6 +327,55 @@ func TestParseCleanTakes(t *testing.T) {
 		}
 		if ok && req.HasTokens && !slices.Equal(req.Tokens, []uint32{1, 2, 3}[:len(req.Tokens)]) {
 			t.Errorf("%s: tokens %v", body, req.Tokens)
+		}
+	}
+}
+
+// TestUpstreamBody: the forwarded body carries the DP rank and the usage
+// request whether the members are appended (none was there) or edited in
+// place of the client's, and means what the full edit would.
+func TestUpstreamBody(t *testing.T) {
+	s := &Server{Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Metrics: NewMetrics(func() router.Stats { return router.Stats{} }), Log: quiet()}
+	d := &router.Decision{Target: router.Target{Rank: 3, Worker: router.Worker{Engine: router.EngineSGLang, DPStart: 2, Placement: hints.PlaceSGLang}},
+		HintDecision: hints.Decision{Reason: hints.ReasonDisabled}}
+	for _, body := range []string{
+		`{"model":"m","prompt":[1,2,3]}`,
+		" {\"model\":\"m\" , \"prompt\":[1,2,3]}\n ",
+		`{"model":"m","prompt":[1,2,3],"data_parallel_rank":7}`,
+		`{"model":"m","prompt":[1,2,3],"\u0064ata_parallel_rank":7}`,
+		`{"model":"m","prompt":"hi","stream":true}`,
+		`{"model":"m","prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":true}}`,
+		`{"model":"m","prompt":"hi","stream":true,"stream_options":null}`,
+	} {
+		p, aerr := s.prepare(httptest.NewRequest("POST", "/v1/completions", nil), []byte(body), KindCompletion)
+		if aerr != nil {
+			t.Fatalf("%s: %v", body, aerr)
+		}
+		got, err := upstreamBody(p, d)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(got, &m); err != nil {
+			t.Fatalf("%s: forwarded %s: %v", body, got, err)
+		}
+		if m["data_parallel_rank"] != 1.0 {
+			t.Errorf("%s: forwarded %s: want data_parallel_rank 1", body, got)
+		}
+		if p.req.Stream {
+			if so, _ := m["stream_options"].(map[string]any); so["include_usage"] != true {
+				t.Errorf("%s: forwarded %s: want include_usage", body, got)
+			}
+		}
+		// The full edit says the same.
+		p.req.top = nil
+		full, err := upstreamBody(p, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want map[string]any
+		if err := json.Unmarshal(full, &want); err != nil || !reflect.DeepEqual(m, want) {
+			t.Errorf("%s: appended %s, edited %s", body, got, full)
 		}
 	}
 }

@@ -58,10 +58,30 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 		}
 		set = append(set, member{keyStreamOptions, v})
 	}
-	if len(set) > 0 {
+	switch {
+	case len(set) == 0:
+	case !d.HintDecision.Hinted() && absent(p.req.top, set):
+		// The usual case: nothing to replace, so the members go in before
+		// the closing brace without a pass over the prompt.
+		body = appendMembers(body, len(p.req.top), set)
+	default:
 		body = editMembers(body, set...)
 	}
 	return body, nil
+}
+
+// absent reports whether none of set's keys is among a body's top-level
+// members (top nil: not known).
+func absent(top map[string]json.RawMessage, set []member) bool {
+	if top == nil {
+		return false
+	}
+	for _, m := range set {
+		if _, ok := top[m.key]; ok {
+			return false
+		}
+	}
+	return true
 }
 
 func upstreamPath(k Kind) string {
