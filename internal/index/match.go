@@ -51,10 +51,10 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	if len(local) == 0 {
 		return dst
 	}
-	srcs := ix.reg.ids()
+	tbl := ix.reg.table()
 	sc := ix.scratch.Get().(*scratch)
 	defer ix.scratch.Put(sc)
-	sc.reset(len(srcs), opts.Chains, len(local))
+	sc.reset(len(tbl.srcs), opts.Chains, len(local))
 	if ix.maxBlocks > 0 {
 		sc.now = ix.tick()
 	}
@@ -78,7 +78,7 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	for m := locked; m != 0; m &= m - 1 {
 		ix.shards[bits.TrailingZeros32(m)].mu.RUnlock()
 	}
-	return sc.results(dst, srcs, uint32(reached))
+	return sc.results(dst, tbl, uint32(reached))
 }
 
 // window is the step of Match's memory pipeline (walk): prefetches go out
@@ -389,7 +389,8 @@ func (sc *scratch) extendChains(i int, engine uint64, alts []altHolder) {
 
 // results closes the live runs at reached and appends one Match per
 // candidate, deepest first.
-func (sc *scratch) results(dst []Match, srcs []*source, reached uint32) []Match {
+func (sc *scratch) results(dst []Match, tbl *idTable, reached uint32) []Match {
+	srcs := tbl.srcs
 	kept := sc.cands[:0]
 	for _, id := range sc.cands {
 		if st := &sc.st[id]; st.alive {
@@ -413,7 +414,7 @@ func (sc *scratch) results(dst []Match, srcs []*source, reached uint32) []Match 
 	for k, id := range kept {
 		st := &sc.st[id]
 		m := &dst[base+k]
-		m.Source, m.ID = srcs[id].key, id
+		m.Source, m.ID = tbl.keys[id], id
 		m.Depth = int(st.depth)
 		m.DeviceDepth = int(st.dev)
 		for t := range numTiers {

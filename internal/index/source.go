@@ -94,15 +94,35 @@ type registry struct {
 	mu    sync.RWMutex
 	byKey map[Source]*source
 	// byID is copy-on-write so that Match maps ids back to sources without
-	// a lock; nil marks a free id.
-	byID atomic.Pointer[[]*source]
+	// a lock.
+	byID atomic.Pointer[idTable]
 	free []uint32
+}
+
+// idTable is the sources by id, nil for a free id, and their keys beside
+// them: a match over hundreds of sources reads the keys from one dense
+// array rather than one cache line of each source.
+type idTable struct {
+	srcs []*source
+	keys []Source
+}
+
+// with returns a copy of t with id set to s (nil to free it).
+func (t *idTable) with(id uint32, s *source) *idTable {
+	n := max(len(t.srcs), int(id)+1)
+	c := &idTable{srcs: make([]*source, n), keys: make([]Source, n)}
+	copy(c.srcs, t.srcs)
+	copy(c.keys, t.keys)
+	c.srcs[id], c.keys[id] = s, Source{}
+	if s != nil {
+		c.keys[id] = s.key
+	}
+	return c
 }
 
 func (r *registry) init() {
 	r.byKey = make(map[Source]*source)
-	empty := []*source{}
-	r.byID.Store(&empty)
+	r.byID.Store(&idTable{})
 }
 
 func (r *registry) lookup(key Source) *source {
@@ -124,22 +144,19 @@ func (r *registry) resolve(key Source) (*source, error) {
 	if err := key.validate(); err != nil {
 		return nil, err
 	}
-	old := *r.byID.Load()
+	old := r.byID.Load()
 	var id uint32
 	if n := len(r.free); n > 0 {
 		id = r.free[n-1]
 		r.free = r.free[:n-1]
 	} else {
-		id = uint32(len(old))
+		id = uint32(len(old.srcs))
 		if id > maxSourceID {
 			return nil, fmt.Errorf("%w: more than %d sources", ErrSource, maxSourceID+1)
 		}
 	}
 	s := &source{id: id, key: key}
-	byID := make([]*source, max(len(old), int(id)+1))
-	copy(byID, old)
-	byID[id] = s
-	r.byID.Store(&byID)
+	r.byID.Store(old.with(id, s))
 	r.byKey[key] = s
 	return s, nil
 }
@@ -152,15 +169,13 @@ func (r *registry) drop(s *source) {
 		return
 	}
 	delete(r.byKey, s.key)
-	old := *r.byID.Load()
-	byID := make([]*source, len(old))
-	copy(byID, old)
-	byID[s.id] = nil
-	r.byID.Store(&byID)
+	r.byID.Store(r.byID.Load().with(s.id, nil))
 	r.free = append(r.free, s.id)
 }
 
-func (r *registry) ids() []*source { return *r.byID.Load() }
+func (r *registry) ids() []*source { return r.byID.Load().srcs }
+
+func (r *registry) table() *idTable { return r.byID.Load() }
 
 func (r *registry) count() int {
 	r.mu.RLock()
