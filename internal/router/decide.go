@@ -134,10 +134,12 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 			switch ref := &r.refs[slot]; {
 			case ref.o != nil:
 				g.at[slot] = int32(i + 1)
-				g.owned = append(g.owned, ref.owned...)
+				for _, t := range ref.owned { // most owners have one rank
+					g.owned = append(g.owned, t)
+				}
 			case ref.e != nil:
 				g.at[slot] = int32(i + 1)
-				g.hit = append(g.hit, tie{ref.e, ref.k})
+				g.hit = append(g.hit, tie{ref.e, ref.k, slot})
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -43,7 +44,11 @@ func (r *Router) relink() {
 	}
 	for id, o := range r.owners {
 		if r.valid(o.slot, index.CacheOwner(id)) {
-			r.refs[o.slot] = slotRef{o: o, owned: r.ownerRanks[id]}
+			owned := slices.Clone(r.ownerRanks[id])
+			for k, t := range owned {
+				owned[k].slot = t.e.ranks[t.i].slot
+			}
+			r.refs[o.slot] = slotRef{o: o, owned: owned}
 		}
 	}
 	r.linked = true

@@ -47,7 +47,7 @@ func (r *Router) readLoads() *loads {
 			k := f.rank.DP - e.w.DPStart
 			l.by[e.ranks[k].slot] = f.load
 			l.set = append(l.set, e.ranks[k].slot)
-			l.hit = append(l.hit, tie{e, k})
+			l.hit = append(l.hit, tie{e, k, e.ranks[k].slot})
 		}
 	}
 	return l
@@ -90,12 +90,12 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 			cost := w.Cost(len(g.local), g.bs, &c)
 			switch {
 			case len(ties) == 0 || cost < lo:
-				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], tie{e, i})
+				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], tie{e: e, i: i})
 			case cost != lo || c.TreeSize > bestTree:
 			case c.TreeSize < bestTree:
-				bestTree, ties = c.TreeSize, append(ties[:0], tie{e, i})
+				bestTree, ties = c.TreeSize, append(ties[:0], tie{e: e, i: i})
 			default:
-				ties = append(ties, tie{e, i})
+				ties = append(ties, tie{e: e, i: i})
 			}
 		}
 	}
@@ -136,7 +136,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 	// cache owner they name, or their load.
 	for _, hits := range [3][]tie{g.hit, g.owned, ld.hit} {
 		for _, h := range hits {
-			slot := h.e.ranks[h.i].slot
+			slot := h.slot
 			if ld.mark[slot] == ld.gen || (filtered && !included(h.e)) {
 				continue
 			}
@@ -172,8 +172,11 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 	return pick.e, pick.i, true
 }
 
-// tie is a rank among the cheapest so far.
+// tie is a rank among the cheapest so far, or a warm one to price.
 type tie struct {
 	e *entry
 	i int
+	// slot is e.ranks[i].slot where the tie was made with it at hand: a
+	// warm rank already seen is then skipped without loading its entry.
+	slot int32
 }

@@ -254,7 +254,7 @@ func (r *Router) apply(e *entry, w Worker, existed bool, now time.Time) error {
 		e.ranks[i] = rankRef{slot: r.slots[index.WorkerRank(w.ID, w.DPStart+i)], ownerSlot: -1}
 		if id, ok := w.Owners[w.DPStart+i]; ok {
 			e.ranks[i].ownerSlot, e.ranks[i].owner = r.slots[index.CacheOwner(id)], id
-			r.ownerRanks[id] = append(r.ownerRanks[id], tie{e, i})
+			r.ownerRanks[id] = append(r.ownerRanks[id], tie{e: e, i: i})
 		}
 	}
 	r.unlink()
@@ -425,7 +425,7 @@ func (r *Router) unlinkOwners(e *entry) {
 		if ref.ownerSlot < 0 {
 			continue // names no owner
 		}
-		ranks := slices.DeleteFunc(r.ownerRanks[ref.owner], func(t tie) bool { return t == tie{e, i} })
+		ranks := slices.DeleteFunc(r.ownerRanks[ref.owner], func(t tie) bool { return t.e == e && t.i == i })
 		if len(ranks) == 0 {
 			delete(r.ownerRanks, ref.owner)
 		} else {
