@@ -187,9 +187,10 @@ func (o *Options) NewTokenizer(client *http.Client, r *router.Router) (Tokenizer
 	return &Local{Tok: tok, Template: tmpl}, nil
 }
 
-// NewClient is the HTTP client for workers: no overall timeout (streams
-// last as long as they last; the client's cancellation ends them), a
-// bounded dial, and no compression so that usage can be read on the way.
+// NewClient is the HTTP client for what the router asks workers itself
+// (their model, tokenization, metrics; requests go through upstream): no
+// overall timeout (callers bound theirs), a bounded dial, and no
+// compression.
 func NewClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
