@@ -54,11 +54,7 @@ func checkObject(body []byte) error {
 // be a valid JSON object: large prompts make every validation pass count.
 func editMembers(body []byte, set ...member) []byte {
 	open := rawjson.SkipSpace(body, 0)
-	extra := 0
-	for _, m := range set {
-		extra += len(m.key) + len(m.value) + 8
-	}
-	out := make([]byte, 0, len(body)+extra)
+	out := make([]byte, 0, len(body)+setSize(set))
 	out = append(out, body[:open+1]...)
 	kept := 0
 	i := rawjson.SkipSpace(body, open+1)
@@ -79,16 +75,31 @@ func editMembers(body []byte, set ...member) []byte {
 			i = rawjson.SkipSpace(body, i+1)
 		}
 	}
+	out = appendSet(out, kept, set)
+	out = append(out, '}')
+	return append(out, body[i+1:]...)
+}
+
+// setSize bounds what set adds to a body.
+func setSize(set []member) int {
+	n := 0
 	for _, m := range set {
-		if kept > 0 {
+		n += len(m.key) + len(m.value) + 8
+	}
+	return n
+}
+
+// appendSet writes set's members after n members already written.
+func appendSet(out []byte, n int, set []member) []byte {
+	for _, m := range set {
+		if n > 0 {
 			out = append(out, ',')
 		}
 		k, _ := json.Marshal(m.key) // a string always marshals
 		out = append(append(append(out, k...), ':'), m.value...)
-		kept++
+		n++
 	}
-	out = append(out, '}')
-	return append(out, body[i+1:]...)
+	return out
 }
 
 // appendMembers adds set's members to a valid JSON object of n members
@@ -98,20 +109,8 @@ func appendMembers(body []byte, n int, set []member) []byte {
 	for body[end] != '}' { // trailing whitespace
 		end--
 	}
-	extra := 0
-	for _, m := range set {
-		extra += len(m.key) + len(m.value) + 8
-	}
-	out := make([]byte, 0, len(body)+extra)
-	out = append(out, body[:end]...)
-	for _, m := range set {
-		if n > 0 {
-			out = append(out, ',')
-		}
-		k, _ := json.Marshal(m.key) // a string always marshals
-		out = append(append(append(out, k...), ':'), m.value...)
-		n++
-	}
+	out := make([]byte, 0, len(body)+setSize(set))
+	out = appendSet(append(out, body[:end]...), n, set)
 	return append(out, body[end:]...)
 }
 
