@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
@@ -377,5 +378,30 @@ func TestUpstreamBody(t *testing.T) {
 		if err := json.Unmarshal(full, &want); err != nil || !reflect.DeepEqual(m, want) {
 			t.Errorf("%s: appended %s, edited %s", body, got, full)
 		}
+	}
+}
+
+// TestCopyHeaders: end-to-end fields pass, hop-by-hop ones and those the
+// Connection field names do not.
+func TestCopyHeaders(t *testing.T) {
+	src := http.Header{
+		"Connection":    {"x-secret, Upgrade", "close"},
+		"X-Secret":      {"s"},
+		"Upgrade":       {"h2c"},
+		"Keep-Alive":    {"timeout=5"},
+		"Te":            {"trailers"},
+		"Authorization": {"Bearer t"},
+		"X-Request-Id":  {"r1", "r2"},
+	}
+	dst := http.Header{"X-Kept": {"k"}}
+	copyHeaders(dst, src)
+	want := http.Header{"X-Kept": {"k"}, "Authorization": {"Bearer t"}, "X-Request-Id": {"r1", "r2"}}
+	if !reflect.DeepEqual(dst, want) {
+		t.Fatalf("copied %v, want %v", dst, want)
+	}
+	// Replacing a field in the copy leaves the source alone.
+	dst.Set("Authorization", "other")
+	if src.Get("Authorization") != "Bearer t" {
+		t.Fatalf("source changed: %v", src)
 	}
 }

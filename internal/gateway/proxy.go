@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -195,18 +196,29 @@ func (s *Server) countDecision(d *router.Decision) {
 	}
 }
 
+// copyHeaders copies src's end-to-end fields into dst: not the hop-by-hop
+// ones, nor those its Connection field names. Value slices are shared
+// rather than copied: both sides only ever replace a field's slice.
 func copyHeaders(dst, src http.Header) {
+	conn := src["Connection"]
 	for k, vs := range src {
-		dst[k] = append([]string(nil), vs...)
+		if slices.Contains(hopHeaders, k) || (conn != nil && named(conn, k)) {
+			continue
+		}
+		dst[k] = vs
 	}
-	for _, v := range src.Values("Connection") {
+}
+
+// named reports whether a Connection field names the canonical key k.
+func named(conn []string, k string) bool {
+	for _, v := range conn {
 		for _, h := range strings.Split(v, ",") {
-			dst.Del(strings.TrimSpace(h))
+			if http.CanonicalHeaderKey(strings.TrimSpace(h)) == k {
+				return true
+			}
 		}
 	}
-	for _, h := range hopHeaders {
-		dst.Del(h)
-	}
+	return false
 }
 
 // usage is the part of an OpenAI usage object the router reports on.
