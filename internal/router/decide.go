@@ -185,16 +185,11 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	included := func(e *entry) bool {
 		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID)
 	}
-	bs, mixed, ranks := 0, false, 0
-	for _, e := range ents {
-		if included(e) {
-			if bs == 0 {
-				bs = e.w.BlockSize
-			}
-			mixed = mixed || e.w.BlockSize != bs
-			ranks += e.w.DPSize
-		}
+	sh, ok := r.shapes[req.Model]
+	if !ok || req.Target != "" || len(req.Exclude) > 0 {
+		sh = shapeOf(ents, included)
 	}
+	bs, mixed, ranks := sh.bs, sh.mixed, sh.ranks
 	if bs == 0 {
 		if req.Target != "" {
 			return nil, fmt.Errorf("%w: worker %q does not serve model %q", ErrNoWorker, req.Target, req.Model)

@@ -51,7 +51,38 @@ func (r *Router) relink() {
 			r.refs[o.slot] = slotRef{o: o, owned: owned}
 		}
 	}
+	if r.shapes == nil {
+		r.shapes = map[string]shape{}
+	}
+	clear(r.shapes)
+	for model, ents := range r.models {
+		r.shapes[model] = shapeOf(ents, func(*entry) bool { return true })
+	}
 	r.linked = true
+}
+
+// shape is what a decision needs of a model's workers before it looks at
+// any rank: a block size, whether others differ from it, and how many
+// ranks there are. Kept per model, a decision without a filter does not
+// load every worker's entry to learn it.
+type shape struct {
+	bs    int
+	mixed bool
+	ranks int
+}
+
+func shapeOf(ents []*entry, included func(*entry) bool) shape {
+	var sh shape
+	for _, e := range ents {
+		if included(e) {
+			if sh.bs == 0 {
+				sh.bs = e.w.BlockSize
+			}
+			sh.mixed = sh.mixed || e.w.BlockSize != sh.bs
+			sh.ranks += e.w.DPSize
+		}
+	}
+	return sh
 }
 
 func (r *Router) valid(slot int32, src index.Source) bool {

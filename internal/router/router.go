@@ -76,6 +76,7 @@ type Router struct {
 	// an index's source numbers to slots. See links.go.
 	linked  bool
 	refs    []slotRef
+	shapes  map[string]shape // by model
 	caches  map[*index.Index]*slotCache
 	tree    []int32 // by slot: blocks held, from RefreshSizes
 	free    []int32
