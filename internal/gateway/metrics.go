@@ -9,6 +9,7 @@ import (
 
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/router"
+	"kvrouter/internal/upstream"
 )
 
 // Request outcomes, the label of kvrouter_requests_total.
@@ -92,6 +93,14 @@ func NewMetrics(stats func() router.Stats) *Metrics {
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// countResends exports the upstream client's resends.
+func (m *Metrics) countResends(c *upstream.Client) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvrouter_upstream_resends_total",
+		Help: "Requests sent again on a new connection because a pooled one to the engine answered nothing " +
+			"(the engine closed it while idle); many mean its keep-alive timeout is below 4 s."},
+		func() float64 { return float64(c.Resent()) }))
 }
 
 // Handler serves /metrics.

@@ -126,8 +126,12 @@ func TestRetryOnRefused(t *testing.T) {
 	if status != http.StatusOK || hdr.Get(headerWorker) != live.hostPort() {
 		t.Fatalf("status %d worker %q: %s", status, hdr.Get(headerWorker), body)
 	}
-	if !strings.Contains(string(get(t, g.url()+"/metrics")), "kvrouter_retries_total 1\n") {
+	metrics := string(get(t, g.url()+"/metrics"))
+	if !strings.Contains(metrics, "kvrouter_retries_total 1\n") {
 		t.Fatal("retry not counted")
+	}
+	if !strings.Contains(metrics, "kvrouter_upstream_resends_total 0\n") {
+		t.Fatal("upstream resends not exported")
 	}
 	// Forced onto the dead worker there is no retry.
 	g2 := h.router(func(o *Options) { o.Workers = []WorkerSpec{deadSpec}; o.AllowTargetOverride = true })

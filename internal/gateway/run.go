@@ -297,7 +297,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	g.Addr = ln.Addr().String()
 
 	peers := NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, g.Metrics, o.Log, o.Now)
-	g.Server = &Server{Router: r, Tok: tok, Upstream: &upstream.Client{}, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
+	up := &upstream.Client{}
+	g.Metrics.countResends(up)
+	g.Server = &Server{Router: r, Tok: tok, Upstream: up, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace}
 	g.http = &http.Server{Handler: g.Server.Handler(), ReadHeaderTimeout: 10 * time.Second}
 

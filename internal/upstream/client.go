@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +53,8 @@ type Client struct {
 	TLS *tls.Config
 	// Now is the clock for idle times; time.Now when nil.
 	Now func() time.Time
+
+	resent atomic.Uint64
 
 	mu        sync.Mutex
 	idle      map[string][]*conn // by target, most recently used last
@@ -183,6 +186,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Response, error) {
 				// Nothing came back on a connection that sat idle: the
 				// engine closed it meanwhile (or restarted, and never saw
 				// the request). Sent once more, on a new connection.
+				c.resent.Add(1)
 				continue
 			}
 			err = stale.err
@@ -423,6 +427,11 @@ func (c *Client) sweep(now time.Time) {
 		}
 	}
 }
+
+// Resent counts requests sent again because a pooled connection answered
+// nothing: many mean the engines close idle connections sooner than
+// IdleTimeout.
+func (c *Client) Resent() uint64 { return c.resent.Load() }
 
 // CloseIdle closes every idle connection.
 func (c *Client) CloseIdle() {

@@ -239,6 +239,9 @@ func TestStaleRetry(t *testing.T) {
 	if n := served.Load(); n != 3 {
 		t.Fatalf("engine served %d requests, want 3", n)
 	}
+	if n := c.Resent(); n != 2 {
+		t.Fatalf("Resent %d, want 2 (the second and third requests met closed connections)", n)
+	}
 }
 
 // TestNoRetryOnFreshConnection: a new connection that breaks is an error,
@@ -249,8 +252,9 @@ func TestNoRetryOnFreshConnection(t *testing.T) {
 		conns.Add(1)
 		readRequest(r)
 	})
-	_, err := (&Client{}).Do(context.Background(), &Request{URL: url, Path: "/"})
-	if err == nil || conns.Load() != 1 {
+	c := &Client{}
+	_, err := c.Do(context.Background(), &Request{URL: url, Path: "/"})
+	if err == nil || conns.Load() != 1 || c.Resent() != 0 {
 		t.Fatalf("err %v after %d connections; want an error after 1", err, conns.Load())
 	}
 }
