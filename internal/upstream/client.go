@@ -182,7 +182,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Response, error) {
 		}
 		var stale staleError
 		if errors.As(err, &stale) {
-			if reused && !retry && ctx.Err() == nil {
+			if reused && ctx.Err() == nil { // a retry is never reused
 				// Nothing came back on a connection that sat idle: the
 				// engine closed it meanwhile (or restarted, and never saw
 				// the request). Sent once more, on a new connection.
@@ -218,14 +218,13 @@ func (c *Client) exchange(ctx context.Context, cn *conn, t *target, method strin
 	var err error
 	cn.wbuf = appendHead(cn.wbuf[:0], method, t, req)
 	if len(cn.wbuf)+len(req.Body) <= 64<<10 {
+		// Copied into the connection's buffer, which thus stays small: a
+		// larger body leaves from where it is.
 		cn.wbuf = append(cn.wbuf, req.Body...)
 		_, err = cn.c.Write(cn.wbuf)
 	} else {
 		bufs := net.Buffers{cn.wbuf, req.Body}
 		_, err = bufs.WriteTo(cn.c)
-	}
-	if cap(cn.wbuf) > 256<<10 {
-		cn.wbuf = nil // one huge prompt need not pin its buffer
 	}
 	if err != nil {
 		return fail(staleError{err})
@@ -242,11 +241,7 @@ func (c *Client) exchange(ctx context.Context, cn *conn, t *target, method strin
 	if !h.chunked {
 		resp.ContentLength = h.length
 	}
-	b := &body{r: cn.r, left: h.length, chunked: h.chunked, first: true}
-	if h.chunked {
-		b.left = 0
-	}
-	b.done = func(reusable bool) {
+	resp.Body = newBody(cn.r, h, func(reusable bool) {
 		if !stop() || !reusable || !h.keep {
 			// Cancelled meanwhile (its deadline may be set), unread, or
 			// the engine is closing it.
@@ -254,12 +249,7 @@ func (c *Client) exchange(ctx context.Context, cn *conn, t *target, method strin
 			return
 		}
 		c.put(t, cn)
-	}
-	resp.Body = b
-	if h.length == 0 && !h.chunked {
-		b.eof = true
-		b.finish(true)
-	}
+	})
 	return resp, nil
 }
 
@@ -269,7 +259,7 @@ func check(req *Request) error {
 		return fmt.Errorf("%w: path %q must start with /", ErrBadRequest, req.Path)
 	}
 	for k, vs := range req.Header {
-		if !validName([]byte(k)) {
+		if !validName(k) {
 			return fmt.Errorf("%w: header name %q", ErrBadRequest, k)
 		}
 		for _, v := range vs {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strconv"
+	"strings"
 )
 
 // ErrMalformed marks an answer from an engine that is not HTTP/1.1 this
@@ -84,8 +85,8 @@ func readOneHead(r *bufio.Reader, budget *int) (head, error) {
 			// Obsolete line folding (RFC 9112 5.2): refused, not guessed.
 			return h, fmt.Errorf("%w: folded header line %q", ErrMalformed, clip(line))
 		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || len(name) == 0 || !validName(name) || !validValue(value) {
+		name, value, ok := field(line)
+		if !ok {
 			return h, fmt.Errorf("%w: header line %q", ErrMalformed, clip(line))
 		}
 		key := canonicalKey(name)
@@ -99,11 +100,13 @@ func frame(h *head, noBody bool) error {
 		return fmt.Errorf("%w: the engine switched protocols", ErrMalformed)
 	}
 	for _, v := range h.header["Connection"] {
-		for _, t := range bytes.Split([]byte(v), []byte(",")) {
-			switch t = bytes.TrimSpace(t); {
-			case bytes.EqualFold(t, []byte("close")):
+		for v != "" {
+			var t string
+			t, v, _ = strings.Cut(v, ",")
+			switch t = strings.TrimSpace(t); {
+			case strings.EqualFold(t, "close"):
 				h.keep = false
-			case bytes.EqualFold(t, []byte("keep-alive")):
+			case strings.EqualFold(t, "keep-alive"):
 				h.keep = true
 			}
 		}
@@ -116,7 +119,7 @@ func frame(h *head, noBody bool) error {
 		if h.http10 {
 			return fmt.Errorf("%w: Transfer-Encoding in an HTTP/1.0 response", ErrMalformed)
 		}
-		if len(te) != 1 || !bytes.EqualFold([]byte(te[0]), []byte("chunked")) {
+		if len(te) != 1 || !strings.EqualFold(te[0], "chunked") {
 			return fmt.Errorf("%w: Transfer-Encoding %q: only chunked is read", ErrMalformed, te)
 		}
 		h.chunked = true
@@ -168,15 +171,32 @@ func readLine(r *bufio.Reader, budget *int) ([]byte, error) {
 	return line, nil
 }
 
-// validName reports whether a header name is an RFC 9110 token.
-func validName(b []byte) bool {
-	for _, c := range b {
-		if c <= ' ' || c >= 0x7F || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+// field splits a header or trailer line into a valid name and value.
+func field(line []byte) (name, value []byte, ok bool) {
+	name, value, ok = bytes.Cut(line, []byte(":"))
+	return name, value, ok && validName(name) && validValue(value)
+}
+
+// validName reports whether a header name is a nonempty RFC 9110 token.
+func validName[S string | []byte](name S) bool {
+	if len(name) == 0 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !tokenByte[name[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// tokenByte says which bytes may make up a token.
+var tokenByte = func() (t [256]bool) {
+	for c := '!'; c <= '~'; c++ {
+		t[c] = !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c)
+	}
+	return t
+}()
 
 // validValue reports whether a header value holds no control character
 // but tabs.
@@ -211,6 +231,20 @@ func canonicalKey(name []byte) string {
 func clip(b []byte) []byte {
 	if len(b) > 64 {
 		return b[:64]
+	}
+	return b
+}
+
+// newBody returns the body h frames on r; done is called once, when it
+// ends or is closed (at once for a body known to be empty).
+func newBody(r *bufio.Reader, h head, done func(reusable bool)) *body {
+	b := &body{r: r, left: h.length, chunked: h.chunked, first: true, done: done}
+	switch {
+	case h.chunked:
+		b.left = 0 // in the current chunk: none read yet
+	case h.length == 0:
+		b.eof = true
+		b.finish(true)
 	}
 	return b
 }
@@ -310,7 +344,7 @@ func (b *body) nextChunk() error {
 			return nil
 		}
 		// Dropped, but only well-formed.
-		if name, value, ok := bytes.Cut(line, []byte(":")); !ok || len(name) == 0 || !validName(name) || !validValue(value) {
+		if _, _, ok := field(line); !ok {
 			return fmt.Errorf("%w: trailer line %q", ErrMalformed, clip(line))
 		}
 	}

@@ -17,16 +17,7 @@ func readAll(raw string, noBody bool) (h head, b []byte, reusable bool, err erro
 	if h, err = readHead(r, noBody); err != nil {
 		return h, nil, false, err
 	}
-	bd := &body{r: r, left: h.length, chunked: h.chunked, first: true,
-		done: func(ok bool) { reusable = ok && h.keep }}
-	if h.chunked {
-		bd.left = 0
-	}
-	if h.length == 0 && !h.chunked {
-		bd.eof = true
-		bd.finish(true)
-	}
-	b, err = io.ReadAll(bd)
+	b, err = io.ReadAll(newBody(r, h, func(ok bool) { reusable = ok && h.keep }))
 	return h, b, reusable, err
 }
 
