@@ -5,11 +5,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"kvrouter/internal/cluster"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
+
+	"kvrouter/internal/cluster"
 )
 
 // Wire names of the router and the engines the demo reads.
@@ -25,8 +24,6 @@ const (
 	resultIssued  = "issued"
 	resultSkipped = "skipped"
 )
-
-var client = &http.Client{Timeout: 30 * time.Second}
 
 // completion is the part of a non-streaming /v1/completions answer the
 // scenario checks.

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -28,10 +27,6 @@ const (
 	metricWaiting     = "kvrouter_mocker_requests_waiting"
 	metricHintOutcome = "kvrouter_mocker_hint_outcomes_total"
 )
-
-// client talks to the router's and engines' operator endpoints; the
-// workload itself goes through loadgen.Driver's own client.
-var client = &http.Client{Timeout: 30 * time.Second}
 
 // sample is one line of a Prometheus text exposition.
 type sample struct {
