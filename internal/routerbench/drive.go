@@ -16,13 +16,6 @@ import (
 	"kvrouter/internal/gateway"
 )
 
-// client is the closed-loop load generator: each connection sends its next
-// request when the last is answered, on keep-alive connections on loopback
-// (see wire.go).
-type client struct {
-	bodies [][]byte
-}
-
 // phase is what one closed-loop run saw.
 type phase struct {
 	ok, failed int64
@@ -32,14 +25,15 @@ type phase struct {
 	firstErr   error
 }
 
-// run sends requests to url from conc goroutines for d. Requests in flight
+// pathCompletions is where every request goes, router and null engine alike.
+const pathCompletions = "/v1/completions"
+
+// run is the closed-loop load generator: conc keep-alive connections to
+// addr on loopback (see wire.go), each sending the next of reqs (prepared
+// by wireRequest) when the last is answered, for d. Requests in flight
 // when d is up are finished, not cancelled, so that every request the
 // router forwarded is counted on both sides.
-func (c *client) run(ctx context.Context, addr, path string, conc int, d time.Duration) phase {
-	reqs := make([][]byte, len(c.bodies))
-	for i, b := range c.bodies {
-		reqs[i] = wireRequest(addr, path, b)
-	}
+func run(ctx context.Context, addr string, reqs [][]byte, conc int, d time.Duration) phase {
 	var (
 		next     atomic.Uint64
 		ok, bad  atomic.Int64
@@ -61,7 +55,7 @@ func (c *client) run(ctx context.Context, addr, path string, conc int, d time.Du
 				t := time.Now()
 				status, err := conn.post(req)
 				if err == nil && status != 200 {
-					err = fmt.Errorf("POST http://%s%s: status %d", addr, path, status)
+					err = fmt.Errorf("POST http://%s%s: status %d", addr, pathCompletions, status)
 				}
 				switch {
 				case err == nil:
