@@ -64,6 +64,11 @@ func (w *wireConn) roundTrip(req []byte) (status int, keep bool, err error) {
 	if err != nil {
 		return status, false, err
 	}
+	if h.length < 0 && !h.chunked {
+		// A request without a length has no body; an answer would run to
+		// the connection's end, which this reader does not follow.
+		return status, false, fmt.Errorf("%w: an answer with neither Content-Length nor chunked", errWire)
+	}
 	if err := h.discardBody(w.r); err != nil {
 		return status, false, err
 	}
