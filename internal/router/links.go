@@ -1,7 +1,6 @@
 package router
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -44,11 +43,7 @@ func (r *Router) relink() {
 	}
 	for id, o := range r.owners {
 		if r.valid(o.slot, index.CacheOwner(id)) {
-			owned := slices.Clone(r.ownerRanks[id])
-			for k, t := range owned {
-				owned[k].slot = t.e.ranks[t.i].slot
-			}
-			r.refs[o.slot] = slotRef{o: o, owned: owned}
+			r.refs[o.slot] = slotRef{o: o, owned: r.ownerRanks[id]}
 		}
 	}
 	if r.shapes == nil {

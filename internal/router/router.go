@@ -255,7 +255,7 @@ func (r *Router) apply(e *entry, w Worker, existed bool, now time.Time) error {
 		e.ranks[i] = rankRef{slot: r.slots[index.WorkerRank(w.ID, w.DPStart+i)], ownerSlot: -1}
 		if id, ok := w.Owners[w.DPStart+i]; ok {
 			e.ranks[i].ownerSlot, e.ranks[i].owner = r.slots[index.CacheOwner(id)], id
-			r.ownerRanks[id] = append(r.ownerRanks[id], tie{e: e, i: i})
+			r.ownerRanks[id] = append(r.ownerRanks[id], tie{e, i, e.ranks[i].slot})
 		}
 	}
 	r.unlink()
