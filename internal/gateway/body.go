@@ -155,13 +155,14 @@ func topMember(body []byte, key string) ([]byte, bool) {
 }
 
 // usageOptions is the stream_options value asking for a usage chunk,
-// keeping the client's other options (body: a valid JSON object).
-func usageOptions(body []byte) ([]byte, error) {
+// keeping the client's other options (so: the client's value, if any).
+func usageOptions(so []byte) ([]byte, error) {
+	if len(so) == 0 || isNull(so) {
+		return []byte(`{"include_usage":true}`), nil
+	}
 	opts := map[string]json.RawMessage{}
-	if v, ok := topMember(body, keyStreamOptions); ok && !isNull(v) {
-		if err := json.Unmarshal(v, &opts); err != nil {
-			return nil, fmt.Errorf("%w: stream_options: want an object", ErrBadRequest)
-		}
+	if err := json.Unmarshal(so, &opts); err != nil {
+		return nil, fmt.Errorf("%w: stream_options: want an object", ErrBadRequest)
 	}
 	opts[keyIncludeUsage] = json.RawMessage("true")
 	return json.Marshal(opts)
@@ -172,7 +173,8 @@ func withUsage(body []byte) ([]byte, error) {
 	if err := checkObject(body); err != nil {
 		return nil, err
 	}
-	v, err := usageOptions(body)
+	so, _ := topMember(body, keyStreamOptions)
+	v, err := usageOptions(so)
 	if err != nil {
 		return nil, err
 	}

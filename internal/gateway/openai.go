@@ -97,17 +97,17 @@ func parseValid(kind Kind, body []byte) (*Request, error) {
 // false leaves the body to the full path (Strip, then parseValid), which
 // gives the same answer and the errors.
 func parseClean(kind Kind, body []byte) (req *Request, ok bool) {
-	var ids, idsAt []byte
+	// Members come in order: the ids kept are those of the last prompt,
+	// the one that counts (nil when it is not plain ids).
 	var tokens []uint32
 	ms, ok := rawjson.ScanObject(make([]rawjson.Member, 0, 8), body, func(key string, b []byte, i int) int {
 		if key != keyPrompt || kind != KindCompletion {
 			return -1
 		}
 		out, end, ok := plainTokenIDsAt(b, i)
-		if !ok {
+		if tokens = out; !ok {
 			return -1
 		}
-		tokens, ids, idsAt = out, b[i:end], b[i:]
 		return end
 	})
 	if !ok {
@@ -119,9 +119,6 @@ func parseClean(kind Kind, body []byte) (req *Request, ok bool) {
 			return nil, false
 		}
 		w[m.Key] = m.Value
-	}
-	if p := w[keyPrompt]; ids == nil || len(p) != len(ids) || &p[0] != &idsAt[0] {
-		tokens = nil // not the prompt that counts (a duplicate key follows)
 	}
 	req, err := parseMembers(kind, w, tokens)
 	return req, err == nil

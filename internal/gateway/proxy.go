@@ -53,7 +53,12 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 		set = append(set, member{keyDataParallelRank, []byte(local)})
 	}
 	if p.req.Stream && !p.req.IncludeUsage {
-		v, err := usageOptions(body)
+		// The client's options as parsed (hints do not touch them).
+		so := p.req.top[keyStreamOptions]
+		if p.req.top == nil {
+			so, _ = topMember(body, keyStreamOptions)
+		}
+		v, err := usageOptions(so)
 		if err != nil {
 			return nil, err
 		}
@@ -200,25 +205,18 @@ func (s *Server) countDecision(d *router.Decision) {
 // ones, nor those its Connection field names. Value slices are shared
 // rather than copied: both sides only ever replace a field's slice.
 func copyHeaders(dst, src http.Header) {
-	conn := src["Connection"]
+	var named []string // by the Connection field, read once
+	for _, v := range src["Connection"] {
+		for h := range strings.SplitSeq(v, ",") {
+			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(h)))
+		}
+	}
 	for k, vs := range src {
-		if slices.Contains(hopHeaders, k) || (conn != nil && named(conn, k)) {
+		if slices.Contains(hopHeaders, k) || slices.Contains(named, k) {
 			continue
 		}
 		dst[k] = vs
 	}
-}
-
-// named reports whether a Connection field names the canonical key k.
-func named(conn []string, k string) bool {
-	for _, v := range conn {
-		for _, h := range strings.Split(v, ",") {
-			if http.CanonicalHeaderKey(strings.TrimSpace(h)) == k {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // usage is the part of an OpenAI usage object the router reports on.
