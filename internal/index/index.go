@@ -27,7 +27,6 @@ package index
 
 import (
 	"fmt"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -199,10 +198,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 			seq = kvhash.SequenceHash(prev, op.Local[i])
 		}
 		prev = seq
-		if seq == 0 {
-			seq = zeroSeq
-		}
-		seqs = append(seqs, seq)
+		seqs = append(seqs, ident(seq))
 	}
 	s.seqs = seqs
 	if len(seqs) > 1 {
@@ -227,21 +223,17 @@ func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
 	for _, e := range hashes {
 		sink += s.engine.touch(e)
 	}
-	var locked uint64
+	var locked uint32
 	for _, seq := range seqs {
 		locked |= 1 << shardOf(seq)
 	}
-	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros64(m)].mu.RLock()
-	}
+	ix.rlockShards(locked)
 	for _, seq := range seqs {
 		if sh := &ix.shards[shardOf(seq)]; len(sh.tab) > 0 {
 			sink += sh.tab[home(seq, uint64(len(sh.tab)-1))].seq
 		}
 	}
-	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros64(m)].mu.RUnlock()
-	}
+	ix.runlockShards(locked)
 	s.sink = sink
 }
 

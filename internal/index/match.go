@@ -2,6 +2,7 @@ package index
 
 import (
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"kvrouter/internal/kvhash"
@@ -71,13 +72,9 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 			locked |= 1 << shardOf(ident(seq))
 		}
 	}
-	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros32(m)].mu.RLock()
-	}
+	ix.rlockShards(locked)
 	reached := ix.walk(sc, local)
-	for m := locked; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros32(m)].mu.RUnlock()
-	}
+	ix.runlockShards(locked)
 	return sc.results(dst, tbl, uint32(reached))
 }
 
@@ -115,6 +112,20 @@ func (sc *scratch) hashes(local []uint64, n int) []uint64 {
 }
 
 // ident maps a sequence hash to its identity: 0 marks empty table slots.
+// rlockShards read-locks the shards in m, in ascending order as every
+// taker of several shard locks does.
+func (ix *Index) rlockShards(m uint32) {
+	for ; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros32(m)].mu.RLock()
+	}
+}
+
+func (ix *Index) runlockShards(m uint32) {
+	for ; m != 0; m &= m - 1 {
+		ix.shards[bits.TrailingZeros32(m)].mu.RUnlock()
+	}
+}
+
 func ident(seq uint64) uint64 {
 	if seq == 0 {
 		return zeroSeq
@@ -176,7 +187,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 					fp = sh.denseFP(n)
 				}
 				// Dense sets are compared by fingerprint, not loaded.
-				if i == 0 || dense != sc.prevDense || dense && fp != sc.prevFP || !dense && !sameWords(cur, sc.prev) {
+				if i == 0 || dense != sc.prevDense || dense && fp != sc.prevFP || !dense && !slices.Equal(cur, sc.prev) {
 					sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
 					if sc.alive == 0 {
 						return i
@@ -329,19 +340,6 @@ func (sc *scratch) sameInline(n *node) bool {
 		return n.h0 == sc.prev[0] && n.h1 == sc.prev[1]
 	}
 	return false
-}
-
-// sameWords reports whether two blocks have the same holder words.
-func sameWords(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if a[k] != b[k] {
-			return false
-		}
-	}
-	return true
 }
 
 // alts returns the holders of n whose engine hash is not n.engine (none

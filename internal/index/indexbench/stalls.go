@@ -52,7 +52,7 @@ func stallsOf(gaps []time.Duration, elapsed time.Duration) Stalls {
 	for _, g := range gaps {
 		lost += g
 	}
-	gaps = slices.Sorted(slices.Values(gaps))
+	slices.Sort(gaps)
 	return Stalls{
 		PerSecond: float64(len(gaps)) / elapsed.Seconds(),
 		MedianUs:  float64(gaps[len(gaps)/2]) / float64(time.Microsecond),
