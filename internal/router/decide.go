@@ -95,11 +95,9 @@ type group struct {
 	ix      *index.Index
 	local   []uint64
 	matches []index.Match
+	slots   []int32 // by match: its source's slot, -1 for none
 	at      []int32 // by source slot: 1 + the position of its match, 0 for none
 	cands   []schedule.Candidate
-	// hit lists the ranks whose own source matched; owned, the ranks
-	// naming a cache owner that matched.
-	hit, owned []tie
 }
 
 // match returns the match of the source in slot, if it matched.
@@ -116,7 +114,7 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 		g = &group{}
 	}
 	g.bs, g.ix, g.local = bs, r.set.Index(model, bs), kvhash.LocalHashes(tokens, bs, seed)
-	g.matches, g.cands, g.hit, g.owned = g.matches[:0], g.cands[:0], g.hit[:0], g.owned[:0]
+	g.matches, g.slots, g.cands = g.matches[:0], g.slots[:0], g.cands[:0]
 	if cap(g.at) < len(r.slotSrc) {
 		g.at = make([]int32, len(r.slotSrc))
 	}
@@ -126,21 +124,11 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 		g.matches = g.ix.AppendMatch(g.matches, g.local, index.MatchOptions{Chains: true})
 		cache := r.caches[g.ix]
 		for i := range g.matches {
-			// The ranks concerned are noted on the way.
 			slot := r.slotOf(cache, &g.matches[i])
-			if slot < 0 {
-				continue
-			}
-			switch ref := &r.refs[slot]; {
-			case ref.o != nil:
+			if slot >= 0 {
 				g.at[slot] = int32(i + 1)
-				for _, t := range ref.owned { // most owners have one rank
-					g.owned = append(g.owned, t)
-				}
-			case ref.e != nil:
-				g.at[slot] = int32(i + 1)
-				g.hit = append(g.hit, tie{ref.e, ref.k, slot})
 			}
+			g.slots = append(g.slots, slot)
 		}
 	}
 	return g
@@ -150,8 +138,6 @@ func (r *Router) release(groups []*group) {
 	for _, g := range groups {
 		// Drop what would keep chains and hashes alive.
 		clear(g.matches)
-		clear(g.hit)
-		clear(g.owned)
 		g.ix, g.local = nil, nil
 		r.scratch.Put(g)
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 
@@ -75,9 +76,7 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 	if e, i, ok := r.cheapestWarm(g, ranks, included, ld, req); ok {
 		return e, i
 	}
-	ties := ld.ties[:0]
-	var lo float64
-	bestTree := 0
+	b := best{ties: ld.ties[:0]}
 	filtered := req.Target != "" || len(req.Exclude) > 0
 	w := &r.cfg.Weights
 	var c schedule.Candidate
@@ -87,22 +86,13 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 		}
 		for i := range e.w.DPSize {
 			r.fill(&c, g, e, i, ld)
-			cost := w.Cost(len(g.local), g.bs, &c)
-			switch {
-			case len(ties) == 0 || cost < lo:
-				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], tie{e: e, i: i})
-			case cost != lo || c.TreeSize > bestTree:
-			case c.TreeSize < bestTree:
-				bestTree, ties = c.TreeSize, append(ties[:0], tie{e: e, i: i})
-			default:
-				ties = append(ties, tie{e: e, i: i})
-			}
+			b.offer(w.Cost(len(g.local), g.bs, &c), c.TreeSize, tie{e: e, i: i})
 		}
 	}
-	ld.ties = ties
-	pick := ties[0]
-	if len(ties) > 1 {
-		pick = ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(ties))]
+	ld.ties = b.ties
+	pick := b.ties[0]
+	if len(b.ties) > 1 {
+		pick = b.ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(b.ties))]
 	}
 	return pick.e, pick.i
 }
@@ -113,13 +103,22 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 // a decision over a thousand ranks prices a few dozen. ok is false when a
 // cold rank could be among the cheapest (or engines report load, which
 // warms every rank): then all must be priced in order.
+//
+// Of the warm ranks, those with work in flight are priced first; the others
+// cost no less than the floor of the deepest match that warms them
+// (schedule.Weights.Floor), and the matches come deepest first. So once a
+// match's floor is above the cheapest rank found, neither its ranks nor any
+// after it can be among the cheapest, and they are left unpriced: when one
+// rank holds a conversation that a hundred others share only the system
+// prompt of, the hundred are skipped.
 func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, ld *loads, req Request) (*entry, int, bool) {
 	if len(r.engine) > 0 || 2*(len(g.matches)+len(ld.hit)) > ranks {
 		// Most ranks are warm: walking them all in order is cheaper.
 		return nil, 0, false
 	}
 	w := &r.cfg.Weights
-	cold := w.Cost(len(g.local), g.bs, &schedule.Candidate{})
+	blocks := len(g.local)
+	cold := w.Cost(blocks, g.bs, &schedule.Candidate{})
 	if len(ld.mark) < len(r.slotSrc) {
 		ld.mark = make([]uint32, len(r.slotSrc))
 	}
@@ -128,48 +127,80 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		ld.gen = 1
 	}
 	filtered := req.Target != "" || len(req.Exclude) > 0
-	ties := ld.ties[:0]
-	var lo float64
-	bestTree := 0
+	b := best{ties: ld.ties[:0]}
 	var c schedule.Candidate
-	// Ranks are warm through their own source's match, the match of the
-	// cache owner they name, or their load.
-	for _, hits := range [3][]tie{g.hit, g.owned, ld.hit} {
-		for _, h := range hits {
-			slot := h.slot
-			if ld.mark[slot] == ld.gen || (filtered && !included(h.e)) {
-				continue
+	price := func(h tie) {
+		if ld.mark[h.slot] == ld.gen || (filtered && !included(h.e)) {
+			return
+		}
+		ld.mark[h.slot] = ld.gen
+		r.fill(&c, g, h.e, h.i, ld)
+		b.offer(w.Cost(blocks, g.bs, &c), c.TreeSize, h)
+	}
+	for _, h := range ld.hit {
+		price(h)
+	}
+	_, bounded := w.Floor(blocks, 0)
+	depth := -1
+	for i, slot := range g.slots {
+		if slot < 0 {
+			continue
+		}
+		if d := g.matches[i].Depth; bounded && len(b.ties) > 0 && d != depth {
+			depth = d
+			// Skipped only when clear of rounding: a rank costing
+			// exactly the cheapest is a tie and must be drawn among.
+			if floor, _ := w.Floor(blocks, d); floor > b.lo+1e-9*(1+math.Abs(b.lo)) {
+				break
 			}
-			ld.mark[slot] = ld.gen
-			r.fill(&c, g, h.e, h.i, ld)
-			cost := w.Cost(len(g.local), g.bs, &c)
-			switch {
-			case len(ties) == 0 || cost < lo:
-				lo, bestTree, ties = cost, c.TreeSize, append(ties[:0], h)
-			case cost != lo || c.TreeSize > bestTree:
-			case c.TreeSize < bestTree:
-				bestTree, ties = c.TreeSize, append(ties[:0], h)
-			default:
-				ties = append(ties, h)
+		}
+		// A rank is warm through its own source's match or through the
+		// match of the cache owner it names.
+		switch ref := &r.refs[slot]; {
+		case ref.e != nil:
+			price(tie{ref.e, ref.k, slot})
+		case ref.o != nil:
+			for _, t := range ref.owned { // most owners have one rank
+				price(t)
 			}
 		}
 	}
-	ld.ties = ties
-	if len(ties) == 0 || lo >= cold {
+	ld.ties = b.ties
+	if len(b.ties) == 0 || b.lo >= cold {
 		return nil, 0, false
 	}
-	pick := ties[0]
-	if len(ties) > 1 {
+	pick := b.ties[0]
+	if len(b.ties) > 1 {
 		// Tied ranks in the order the full list has them, for the draw.
-		slices.SortFunc(ties, func(a, b tie) int {
+		slices.SortFunc(b.ties, func(a, b tie) int {
 			if a.e != b.e {
 				return a.e.pos - b.e.pos
 			}
 			return a.i - b.i
 		})
-		pick = ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(ties))]
+		pick = b.ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(b.ties))]
 	}
 	return pick.e, pick.i, true
+}
+
+// best keeps the cheapest ranks offered so far: the lowest cost, and of
+// those the smallest tree, all tied ranks in the order offered.
+type best struct {
+	ties []tie
+	lo   float64
+	tree int
+}
+
+func (b *best) offer(cost float64, tree int, h tie) {
+	switch {
+	case len(b.ties) == 0 || cost < b.lo:
+		b.lo, b.tree, b.ties = cost, tree, append(b.ties[:0], h)
+	case cost != b.lo || tree > b.tree:
+	case tree < b.tree:
+		b.tree, b.ties = tree, append(b.ties[:0], h)
+	default:
+		b.ties = append(b.ties, h)
+	}
 }
 
 // tie is a rank among the cheapest so far, or a warm one to price.

@@ -97,6 +97,22 @@ func (w Weights) Cost(requestBlocks int, blockSize int, c *Candidate) float64 {
 	return cost
 }
 
+// Floor is the least Cost of any unloaded candidate whose overlaps add up
+// to at most depth blocks: every one of them credited at the best tier's
+// rate. It lets a caller who has found a candidate cheaper than Floor(d)
+// skip every unloaded candidate holding d blocks or fewer unpriced. ok is
+// false when a weight is negative (or NaN), which would break the bound.
+func (w Weights) Floor(requestBlocks, depth int) (floor float64, ok bool) {
+	for _, v := range [...]float64{w.OverlapCredit, w.HostCredit, w.DiskCredit, w.PrefillLoadScale, w.RequestWeight} {
+		if !(v >= 0) {
+			return 0, false
+		}
+	}
+	rb := float64(requestBlocks)
+	best := max(w.OverlapCredit, w.HostCredit, w.DiskCredit)
+	return w.PrefillLoadScale*math.Max(0, rb-best*float64(depth)) + rb, true
+}
+
 // terms computes the cost formula (SPEC 7), for Price and Cost alike.
 func (w Weights) terms(requestBlocks int, blockSize int, c *Candidate) (adj, decode, cost float64) {
 	rb := float64(requestBlocks)

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -133,5 +134,48 @@ func TestAppendScores(t *testing.T) {
 	want := Score(w, 8, 16, cands)
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("appended %+v, want %+v", got, want)
+	}
+}
+
+// TestFloor: no unloaded candidate holding at most depth blocks, on any mix
+// of tiers, costs less than Floor(depth), and the one holding all of them on
+// the best-credited tier costs exactly that.
+func TestFloor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	credits := []float64{0, 0.1, 0.25, 0.75, 1, 1.5, 3}
+	pick := func() float64 { return credits[rng.IntN(len(credits))] }
+	for range 20000 {
+		w := Weights{OverlapCredit: pick(), HostCredit: pick(), DiskCredit: pick(), PrefillLoadScale: pick(), RequestWeight: pick()}
+		rb := 1 + rng.IntN(200)
+		depth := rng.IntN(rb + 1)
+		floor, ok := w.Floor(rb, depth)
+		if !ok {
+			t.Fatalf("%+v: no floor", w)
+		}
+		dev := rng.IntN(depth + 1)
+		host := rng.IntN(depth - dev + 1)
+		disk := rng.IntN(depth - dev - host + 1)
+		c := Candidate{DeviceOverlap: dev, HostOverlap: host, DiskOverlap: disk}
+		// Within rounding: a platform may fuse a multiply and a subtract.
+		tol := 1e-9 * (1 + floor)
+		if cost := w.Cost(rb, 16, &c); cost < floor-tol {
+			t.Fatalf("%+v, %d blocks, %+v: cost %v below floor(%d) %v", w, rb, c, cost, depth, floor)
+		}
+		best := Candidate{DeviceOverlap: depth}
+		switch max(w.OverlapCredit, w.HostCredit, w.DiskCredit) {
+		case w.OverlapCredit:
+		case w.HostCredit:
+			best = Candidate{HostOverlap: depth}
+		default:
+			best = Candidate{DiskOverlap: depth}
+		}
+		if cost := w.Cost(rb, 16, &best); math.Abs(cost-floor) > tol {
+			t.Fatalf("%+v, %d blocks: the best-credited candidate costs %v, floor(%d) %v", w, rb, cost, depth, floor)
+		}
+	}
+	for _, w := range []Weights{{OverlapCredit: -1}, {PrefillLoadScale: math.NaN()}, {RequestWeight: -0.5}} {
+		if _, ok := w.Floor(10, 5); ok {
+			t.Errorf("%+v: a floor despite a negative or NaN weight", w)
+		}
 	}
 }
