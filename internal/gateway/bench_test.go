@@ -36,7 +36,7 @@ func BenchmarkFrontDoor(b *testing.B) {
 	s := &Server{Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Metrics: NewMetrics(func() router.Stats { return router.Stats{} }), Log: quiet()}
 	body := benchChat(b)
 	req := httptest.NewRequest("POST", "/v1/chat/completions", nil)
-	p, aerr := s.prepare(req, body, KindChat)
+	p, aerr := s.prepare(req, body, KindChat, nil)
 	if aerr != nil {
 		b.Fatal(aerr)
 	}
@@ -50,7 +50,7 @@ func BenchmarkFrontDoor(b *testing.B) {
 	b.Run("tokenize", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			if _, aerr := s.prepare(req, body, KindChat); aerr != nil {
+			if _, aerr := s.prepare(req, body, KindChat, nil); aerr != nil {
 				b.Fatal(aerr)
 			}
 		}
@@ -70,14 +70,14 @@ func BenchmarkFrontDoor(b *testing.B) {
 	b.Run("ids", func(b *testing.B) {
 		b.SetBytes(int64(len(idsBody)))
 		for b.Loop() {
-			if _, aerr := s.prepare(idsReq, idsBody, KindCompletion); aerr != nil {
+			if _, aerr := s.prepare(idsReq, idsBody, KindCompletion, nil); aerr != nil {
 				b.Fatal(aerr)
 			}
 		}
 	})
 	// The usual forward: no hint, the SGLang DP rank appended to an ids
 	// prompt.
-	idsP, aerr := s.prepare(idsReq, idsBody, KindCompletion)
+	idsP, aerr := s.prepare(idsReq, idsBody, KindCompletion, nil)
 	if aerr != nil {
 		b.Fatal(aerr)
 	}
@@ -117,7 +117,7 @@ func BenchmarkReadBody(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r := httptest.NewRequest("POST", "/v1/completions", bytes.NewReader(body))
-		if got, aerr := s.readBody(w, r); aerr != nil || len(got) != len(body) {
+		if got, aerr := s.readBody(w, r, nil); aerr != nil || len(got) != len(body) {
 			b.Fatal(aerr)
 		}
 	}

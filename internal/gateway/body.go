@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"unicode/utf8"
+
 	"kvrouter/internal/rawjson"
 )
 
@@ -37,7 +40,7 @@ func setMember(body []byte, key string, value []byte) ([]byte, error) {
 	if err := checkObject(body); err != nil {
 		return nil, err
 	}
-	return editMembers(body, member{key, value}), nil
+	return editMembers(nil, body, member{key, value}), nil
 }
 
 func checkObject(body []byte) error {
@@ -51,10 +54,11 @@ func checkObject(body []byte) error {
 }
 
 // editMembers is setMember for several members on a body already known to
-// be a valid JSON object: large prompts make every validation pass count.
-func editMembers(body []byte, set ...member) []byte {
+// be a valid JSON object (large prompts make every validation pass count),
+// writing the result over dst's memory.
+func editMembers(dst, body []byte, set ...member) []byte {
 	open := rawjson.SkipSpace(body, 0)
-	out := make([]byte, 0, len(body)+setSize(set))
+	out := slices.Grow(dst[:0], len(body)+setSize(set))
 	out = append(out, body[:open+1]...)
 	kept := 0
 	i := rawjson.SkipSpace(body, open+1)
@@ -95,21 +99,34 @@ func appendSet(out []byte, n int, set []member) []byte {
 		if n > 0 {
 			out = append(out, ',')
 		}
-		k, _ := json.Marshal(m.key) // a string always marshals
-		out = append(append(append(out, k...), ':'), m.value...)
+		out = append(appendKey(out, m.key), ':')
+		out = append(out, m.value...)
 		n++
 	}
 	return out
 }
 
+// appendKey writes k as a JSON string: the router's own keys, plain ASCII,
+// between quotes as they are, without the encoder's allocation.
+func appendKey(out []byte, k string) []byte {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < ' ' || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			b, _ := json.Marshal(k) // a string always marshals
+			return append(out, b...)
+		}
+	}
+	return append(append(append(out, '"'), k...), '"')
+}
+
 // appendMembers adds set's members to a valid JSON object of n members
-// that holds none of their keys, before its closing brace.
-func appendMembers(body []byte, n int, set []member) []byte {
+// that holds none of their keys, before its closing brace, writing the
+// result over dst's memory.
+func appendMembers(dst, body []byte, n int, set []member) []byte {
 	end := len(body) - 1
 	for body[end] != '}' { // trailing whitespace
 		end--
 	}
-	out := make([]byte, 0, len(body)+setSize(set))
+	out := slices.Grow(dst[:0], len(body)+setSize(set))
 	out = appendSet(append(out, body[:end]...), n, set)
 	return append(out, body[end:]...)
 }
@@ -178,5 +195,5 @@ func withUsage(body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return editMembers(body, member{keyStreamOptions, v}), nil
+	return editMembers(nil, body, member{keyStreamOptions, v}), nil
 }

@@ -78,13 +78,13 @@ func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 // debugRoute answers the decision a request would get, without sending it
 // or recording it anywhere.
 func (s *Server) debugRoute(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r)
+	body, aerr := s.readBody(w, r, nil)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
 	// The body tells which endpoint it was meant for.
-	p, aerr := s.prepare(r, body, guessKind(body))
+	p, aerr := s.prepare(r, body, guessKind(body), nil)
 	if aerr != nil {
 		writeError(w, aerr)
 		return

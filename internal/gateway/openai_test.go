@@ -294,7 +294,14 @@ func FuzzParseClean(f *testing.F) {
 		if chat {
 			kind = KindChat
 		}
-		got, ok := parseClean(kind, body)
+		got, ok := parseClean(kind, body, nil)
+		// Over a pooled buffer an earlier request left ids in, the
+		// same request.
+		used := []uint32{9, 9, 9, 9, 9, 9, 9, 9, 9}
+		again, okAgain := parseClean(kind, body, used[:5])
+		if okAgain != ok || !reflect.DeepEqual(again, got) {
+			t.Fatalf("%q: parseClean over a used buffer %+v (%v), over none %+v (%v)", body, again, okAgain, got, ok)
+		}
 		if !ok {
 			return
 		}
@@ -322,7 +329,7 @@ func TestParseCleanTakes(t *testing.T) {
 		`{"model":"m","prompt":[1,2,3]`:                 false,
 		`{"prompt":[1,2,3]}`:                            false, // no model: the full path says so
 	} {
-		req, ok := parseClean(KindCompletion, []byte(body))
+		req, ok := parseClean(KindCompletion, []byte(body), nil)
 		if ok != want {
 			t.Errorf("%s: ok = %v, want %v", body, ok, want)
 		}
@@ -348,7 +355,7 @@ func TestUpstreamBody(t *testing.T) {
 		`{"model":"m","prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":true}}`,
 		`{"model":"m","prompt":"hi","stream":true,"stream_options":null}`,
 	} {
-		p, aerr := s.prepare(httptest.NewRequest("POST", "/v1/completions", nil), []byte(body), KindCompletion)
+		p, aerr := s.prepare(httptest.NewRequest("POST", "/v1/completions", nil), []byte(body), KindCompletion, nil)
 		if aerr != nil {
 			t.Fatalf("%s: %v", body, aerr)
 		}

@@ -64,14 +64,22 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 		}
 		set = append(set, member{keyStreamOptions, v})
 	}
-	switch {
-	case len(set) == 0:
-	case !d.HintDecision.Hinted() && absent(p.req.top, set):
+	if len(set) == 0 {
+		return body, nil
+	}
+	var dst []byte
+	if p.bufs != nil {
+		dst = p.bufs.out
+	}
+	if !d.HintDecision.Hinted() && absent(p.req.top, set) {
 		// The usual case: nothing to replace, so the members go in before
 		// the closing brace without a pass over the prompt.
-		body = appendMembers(body, len(p.req.top), set)
-	default:
-		body = editMembers(body, set...)
+		body = appendMembers(dst, body, len(p.req.top), set)
+	} else {
+		body = editMembers(dst, body, set...)
+	}
+	if p.bufs != nil {
+		p.bufs.out = body
 	}
 	return body, nil
 }
@@ -168,7 +176,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
-		b, err = readAll(io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
+		b, err = readAll(nil, io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
 		if err == nil {
 			if u := responseUsage(b); u != nil {
 				report(u)

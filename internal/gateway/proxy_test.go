@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,5 +318,63 @@ func TestResponseUsage(t *testing.T) {
 		if u.PromptTokens != 9 || cached != tc.cached || peer != tc.peer {
 			t.Errorf("%s: %+v", tc.body, u)
 		}
+	}
+}
+
+// TestPooledBuffers: requests share pooled buffers for their bodies, token
+// ids and forwarded bodies; concurrent requests of every size, streamed or
+// not, each reach the engine exactly as sent plus the members the router
+// sets, whatever the request before them in the same buffers held.
+func TestPooledBuffers(t *testing.T) {
+	h := newHarness(t)
+	e := newEngine(t, testModel)
+	g := h.router(func(o *Options) { o.Workers = []WorkerSpec{spec(t, e, ",engine=sglang,dp=2")} })
+	waitWorkers(t, g, 1)
+	const clients, each = 6, 25
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := range each {
+				// Sizes swing from one block to a few hundred, so that a
+				// short body lands in memory a long one used.
+				blocks := 1 + (c*each+i)*37%300
+				toks := prompt(uint32(c*1_000_000+i*1_000), blocks)
+				extra := ""
+				if i%3 == 0 {
+					extra = `,"stream":true`
+				}
+				status, _, body := post(t, g.url(), "/v1/completions", completionBody(toks, extra))
+				if status != http.StatusOK {
+					t.Errorf("status %d: %s", status, body)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := e.requests()
+	if len(got) != clients*each {
+		t.Fatalf("engine got %d requests, want %d", len(got), clients*each)
+	}
+	seen := map[uint32]bool{}
+	for _, r := range got {
+		var b struct {
+			Prompt []uint32 `json:"prompt"`
+			Rank   *int     `json:"data_parallel_rank"`
+			Stream bool     `json:"stream"`
+			Opts   *struct {
+				IncludeUsage bool `json:"include_usage"`
+			} `json:"stream_options"`
+		}
+		if err := json.Unmarshal(r.Body, &b); err != nil {
+			t.Fatalf("forwarded body is not JSON (%v): %.200s", err, r.Body)
+		}
+		if len(b.Prompt) == 0 || b.Rank == nil || b.Stream != (b.Opts != nil && b.Opts.IncludeUsage) {
+			t.Fatalf("forwarded body lost what was sent or set: %.200s", r.Body)
+		}
+		want := prompt(b.Prompt[0], len(b.Prompt)/testBS)
+		if !slices.Equal(b.Prompt, want) || seen[b.Prompt[0]] {
+			t.Fatalf("prompt starting %d arrived altered or twice", b.Prompt[0])
+		}
+		seen[b.Prompt[0]] = true
 	}
 }
