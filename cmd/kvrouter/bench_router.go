@@ -38,7 +38,7 @@ keep-alive with a closed-loop client of --concurrency connections. Reported:
 
 The client and the null engine run in the same process and share its cores;
 they speak HTTP/1.1 on the socket themselves (as wrk would) so as to take
-little of them, while the router uses net/http as it does in service. A
+little of them, while the router serves and forwards as it does in service. A
 second phase drives the same client straight at the null engine, and
 router_cpu_s_per_1k is the difference. Prompts are token ids unless --text.
 The run takes setup time plus --warmup plus twice --duration.`,

@@ -113,6 +113,7 @@ when --allow-target-override is set.`,
 	f.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "cost policy: KV cache bytes per token (Qwen3-32B BF16: 262144)")
 	f.DurationVar(&o.ApproxTTL, "approx-ttl", o.ApproxTTL, "approximate mode: how long a routed request's blocks are assumed cached")
 	f.DurationVar(&o.DetachedOwnerTTL, "detached-owner-ttl", o.DetachedOwnerTTL, "how long a departed worker's cache owners stay hint sources; 0 drops them at once")
+	f.DurationVar(&o.UpstreamIdleTimeout, "upstream-idle-timeout", o.UpstreamIdleTimeout, "reuse a keep-alive connection to an engine only if idle less than this; keep it below the engine's keep-alive (uvicorn: 5s) and any proxy's in front of it (kvrouter_upstream_resends_total rising says it is too long)")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
 	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
 	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is unbounded")

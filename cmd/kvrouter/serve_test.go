@@ -22,6 +22,7 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"--hint-bandwidth-gbps", "0"}, []string{"--hint-bandwidth-gbps"}},
 		{[]string{"--temperature", "-1"}, []string{"--temperature"}},
 		{[]string{"--approx-ttl", "0s"}, []string{"--approx-ttl"}},
+		{[]string{"--upstream-idle-timeout", "0s"}, []string{"--upstream-idle-timeout", "keep-alive"}},
 		{[]string{"--chat-template", "/nonexistent/t.tmpl"}, []string{"--chat-template", "chatml"}},
 		{[]string{"--tokenizer", "/nonexistent/tokenizer.json"}, []string{"--tokenizer", "/nonexistent/tokenizer.json"}},
 		{[]string{"--nats-listen", "nowhere"}, []string{"--nats-listen"}},

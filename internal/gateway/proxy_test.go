@@ -378,3 +378,17 @@ func TestPooledBuffers(t *testing.T) {
 		seen[b.Prompt[0]] = true
 	}
 }
+
+// TestUpstreamIdleTimeout: --upstream-idle-timeout reaches the client that
+// forwards to engines.
+func TestUpstreamIdleTimeout(t *testing.T) {
+	h := newHarness(t)
+	e := newEngine(t, testModel)
+	g := h.router(func(o *Options) {
+		o.Workers = []WorkerSpec{spec(t, e, "")}
+		o.UpstreamIdleTimeout = 1500 * time.Millisecond
+	})
+	if got := g.Server.Upstream.IdleTimeout; got != 1500*time.Millisecond {
+		t.Fatalf("upstream idle timeout %v, want 1.5s", got)
+	}
+}

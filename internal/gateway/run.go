@@ -72,6 +72,10 @@ type Options struct {
 	EngineMetricsInterval time.Duration
 	AllowTargetOverride   bool
 	MaxBlocks             int
+	// UpstreamIdleTimeout is how long a keep-alive connection to an engine
+	// may sit idle and still be reused: below the engine's own keep-alive
+	// (uvicorn's 5 s) or that of any proxy in front of it.
+	UpstreamIdleTimeout time.Duration
 
 	// Replica names this router on the load subject (default random).
 	Replica string
@@ -96,7 +100,7 @@ func Defaults() Options {
 		Weights:    schedule.DefaultWeights(),
 		HintPolicy: PolicyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
-		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second,
+		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 	}
 }
@@ -142,6 +146,9 @@ func (o *Options) check() error {
 	}
 	if o.ApproxTTL <= 0 {
 		return fmt.Errorf("%w: --approx-ttl %v must be positive", ErrOptions, o.ApproxTTL)
+	}
+	if o.UpstreamIdleTimeout <= 0 {
+		return fmt.Errorf("%w: --upstream-idle-timeout %v must be positive (below the engines' keep-alive timeout)", ErrOptions, o.UpstreamIdleTimeout)
 	}
 	if o.DetachedOwnerTTL < 0 {
 		return fmt.Errorf("%w: --detached-owner-ttl %v must not be negative", ErrOptions, o.DetachedOwnerTTL)
@@ -297,7 +304,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	g.Addr = ln.Addr().String()
 
 	peers := NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, g.Metrics, o.Log, o.Now)
-	up := &upstream.Client{}
+	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
 	g.Metrics.countResends(up)
 	g.Server = &Server{Router: r, Tok: tok, Upstream: up, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace}
