@@ -57,7 +57,11 @@ func toMasks(dst, ws []uint32) []uint32 {
 	return dst
 }
 
-// start admits the holders of the first block.
+// start admits the holders of the first block. A dense set's holders
+// start as one cohort: their states stay implicit in sc.cohort, one tier
+// mask each, until a block changes their holding (state materializes
+// them) or they leave together (stepDense notes them in sc.left): a
+// prefix shared by hundreds of sources costs no state for each of them.
 func (sc *scratch) start(cur []uint32, dense bool) {
 	if !dense {
 		for _, w := range cur {
@@ -65,13 +69,37 @@ func (sc *scratch) start(cur []uint32, dense bool) {
 		}
 		return
 	}
-	for k, nw := range cur {
-		for nw != 0 {
-			j := uint32(bits.TrailingZeros32(nw)) / 4
-			sc.admit(uint32(k)*nibbles+j, nw>>(4*j)&tierMask)
-			nw &^= tierMask << (4 * j)
-		}
+	// Sources registered after this Match began have no state slot.
+	n := min(len(cur), (len(sc.st)+nibbles-1)/nibbles)
+	sc.cohort = append(sc.cohort[:0], cur[:n]...)
+	if r := len(sc.st) % nibbles; r != 0 && n == (len(sc.st)+nibbles-1)/nibbles {
+		sc.cohort[n-1] &= 1<<(4*r) - 1
 	}
+	for _, w := range sc.cohort {
+		sc.alive += bits.OnesCount32((w | w>>1 | w>>2 | w>>3) & 0x11111111)
+	}
+}
+
+// implicit returns the tier mask of cohort member id, 0 when id is not
+// (or no longer) an implicit member.
+func (sc *scratch) implicit(id uint32) uint32 {
+	if k := id / nibbles; int(k) < len(sc.cohort) {
+		return sc.cohort[k] >> (4 * (id % nibbles)) & tierMask
+	}
+	return 0
+}
+
+// leave books implicit member id, of tier mask m, leaving at block i.
+func (sc *scratch) leave(id, m, i uint32) {
+	sc.cohort[id/nibbles] &^= tierMask << (4 * (id % nibbles))
+	sc.left = append(sc.left, left{id: id, at: i, mask: m})
+	sc.alive--
+}
+
+// left is a cohort member that left at block at, having held every block
+// before it on the tiers of mask.
+type left struct {
+	id, at, mask uint32
 }
 
 func (sc *scratch) admit(id, m uint32) {
@@ -170,7 +198,12 @@ func (sc *scratch) stepDense(i uint32, prev, cur []uint32) {
 			if p>>(4*j)&tierMask == 0 {
 				continue // held at i but not at i-1: not a prefix
 			}
-			st := sc.state(uint32(k)*nibbles + j)
+			id := uint32(k)*nibbles + j
+			if m := sc.implicit(id); m != 0 && c>>(4*j)&tierMask == 0 {
+				sc.leave(id, m, i) // the usual end of a shared prefix
+				continue
+			}
+			st := sc.state(id)
 			if st == nil {
 				continue
 			}

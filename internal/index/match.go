@@ -291,6 +291,8 @@ type scratch struct {
 	privIDs    []uint32
 	buckets    []int32
 	sorted     []uint32
+	cohort     []uint32 // implicit members' tier masks, dense (see start)
+	left       []left   // cohort members that left, in walk order
 }
 
 func (sc *scratch) reset(nsrc int, chains bool, n int) {
@@ -307,6 +309,7 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 		sc.seqs = make([]uint64, 0, n)
 	}
 	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
+	sc.cohort, sc.left = sc.cohort[:0], sc.left[:0]
 	sc.chains = chains
 	sc.primary, sc.private, sc.privIDs = nil, sc.private[:0], sc.privIDs[:0]
 	if chains {
@@ -315,14 +318,36 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 	}
 }
 
+// state returns the state of a source still matching, materializing an
+// implicit cohort member's; nil for any other.
 func (sc *scratch) state(id uint32) *srcState {
 	if int(id) >= len(sc.st) {
 		return nil // registered after this Match began
 	}
 	st := &sc.st[id]
-	if st.gen != sc.gen || !st.alive {
+	if st.gen == sc.gen {
+		if !st.alive {
+			return nil
+		}
+		return st
+	}
+	if len(sc.cohort) == 0 {
 		return nil
 	}
+	return sc.materialize(id)
+}
+
+// materialize gives implicit cohort member id a state, nil if id is none.
+func (sc *scratch) materialize(id uint32) *srcState {
+	m := sc.implicit(id)
+	if m == 0 {
+		return nil
+	}
+	// Counted alive since start; it held every block so far on m's tiers.
+	sc.cohort[id/nibbles] &^= tierMask << (4 * (id % nibbles))
+	st := &sc.st[id]
+	*st = srcState{gen: sc.gen, alive: true, mask: m, devDone: m&1 == 0}
+	sc.cands = append(sc.cands, id)
 	return st
 }
 
@@ -407,25 +432,73 @@ func (sc *scratch) results(dst []Match, tbl *idTable, reached uint32) []Match {
 			}
 		}
 	}
+	if len(sc.cohort) > 0 || len(sc.left) > 0 {
+		return sc.mergeResults(dst, tbl, reached, kept)
+	}
 	base := len(dst)
 	dst = append(dst, make([]Match, len(kept))...)
 	for k, id := range kept {
-		st := &sc.st[id]
-		m := &dst[base+k]
-		m.Source, m.ID = tbl.keys[id], id
-		m.Depth = int(st.depth)
-		m.DeviceDepth = int(st.dev)
-		for t := range numTiers {
-			m.Tiers[t] = int(st.tiers[t])
+		sc.result(&dst[base+k], tbl, id)
+	}
+	return dst
+}
+
+// result fills m with the result of source id, which has a state.
+func (sc *scratch) result(m *Match, tbl *idTable, id uint32) {
+	st := &sc.st[id]
+	m.Source, m.ID = tbl.keys[id], id
+	m.Depth = int(st.depth)
+	m.DeviceDepth = int(st.dev)
+	for t := range numTiers {
+		m.Tiers[t] = int(st.tiers[t])
+	}
+	if sc.chains {
+		if st.chain == 0 {
+			m.Chain = sc.primary[:st.depth:st.depth]
+		} else {
+			c := sc.private[st.chain-1]
+			m.Chain = c[:st.depth:st.depth]
 		}
+	}
+}
+
+// mergeResults is results when a cohort began the match: its members still
+// matching (all reached), the sources with states (kept, deepest first)
+// and the members that left (in walk order, so shallowest last), merged.
+func (sc *scratch) mergeResults(dst []Match, tbl *idTable, reached uint32, kept []uint32) []Match {
+	srcs := tbl.srcs
+	member := func(id, depth, mask uint32) {
+		if int(id) >= len(srcs) || srcs[id] == nil {
+			return // removed while we matched
+		}
+		dst = append(dst, Match{Source: tbl.keys[id], ID: id, Depth: int(depth)})
+		m := &dst[len(dst)-1]
+		if mask&1 != 0 {
+			m.DeviceDepth = int(depth)
+		}
+		m.Tiers[bits.TrailingZeros32(mask)] = int(depth)
 		if sc.chains {
-			if st.chain == 0 {
-				m.Chain = sc.primary[:st.depth:st.depth]
-			} else {
-				c := sc.private[st.chain-1]
-				m.Chain = c[:st.depth:st.depth]
-			}
+			m.Chain = sc.primary[:depth:depth] // a member never disagreed
 		}
+	}
+	for k, w := range sc.cohort {
+		for ; w != 0; w &^= tierMask << (4 * (uint32(bits.TrailingZeros32(w)) / 4)) {
+			j := uint32(bits.TrailingZeros32(w)) / 4
+			member(uint32(k)*nibbles+j, reached, w>>(4*j)&tierMask)
+		}
+	}
+	l := len(sc.left)
+	for _, id := range kept {
+		for ; l > 0 && sc.left[l-1].at > sc.st[id].depth; l-- {
+			g := &sc.left[l-1]
+			member(g.id, g.at, g.mask)
+		}
+		dst = append(dst, Match{})
+		sc.result(&dst[len(dst)-1], tbl, id)
+	}
+	for ; l > 0; l-- {
+		g := &sc.left[l-1]
+		member(g.id, g.at, g.mask)
 	}
 	return dst
 }
