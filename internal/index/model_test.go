@@ -366,6 +366,9 @@ func TestModelRandom(t *testing.T) {
 		{seed: 5, srcs: 150, paths: 6, plen: 6, ops: 5000, every: 500},
 		// Requests of several of Match's windows.
 		{seed: 6, srcs: 8, paths: 12, plen: 90, ops: 2000, every: 100},
+		// Dense first blocks over longer prompts: a cohort whose members
+		// change tiers, disagree on engine hashes and leave at many depths.
+		{seed: 7, srcs: 130, paths: 4, plen: 24, ops: 5000, every: 250},
 	}
 	for _, r := range runs {
 		t.Run(fmt.Sprintf("seed%d", r.seed), func(t *testing.T) {
