@@ -70,9 +70,10 @@ func (sc *scratch) start(cur []uint32, dense bool) {
 		return
 	}
 	// Sources registered after this Match began have no state slot.
-	n := min(len(cur), (len(sc.st)+nibbles-1)/nibbles)
+	words := (len(sc.st) + nibbles - 1) / nibbles
+	n := min(len(cur), words)
 	sc.cohort = append(sc.cohort[:0], cur[:n]...)
-	if r := len(sc.st) % nibbles; r != 0 && n == (len(sc.st)+nibbles-1)/nibbles {
+	if r := len(sc.st) % nibbles; r != 0 && n == words {
 		sc.cohort[n-1] &= 1<<(4*r) - 1
 	}
 	for _, w := range sc.cohort {
@@ -89,9 +90,14 @@ func (sc *scratch) implicit(id uint32) uint32 {
 	return 0
 }
 
+// unmark takes id out of the cohort's implicit members.
+func (sc *scratch) unmark(id uint32) {
+	sc.cohort[id/nibbles] &^= tierMask << (4 * (id % nibbles))
+}
+
 // leave books implicit member id, of tier mask m, leaving at block i.
 func (sc *scratch) leave(id, m, i uint32) {
-	sc.cohort[id/nibbles] &^= tierMask << (4 * (id % nibbles))
+	sc.unmark(id)
 	sc.left = append(sc.left, left{id: id, at: i, mask: m})
 	sc.alive--
 }

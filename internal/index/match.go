@@ -344,7 +344,7 @@ func (sc *scratch) materialize(id uint32) *srcState {
 		return nil
 	}
 	// Counted alive since start; it held every block so far on m's tiers.
-	sc.cohort[id/nibbles] &^= tierMask << (4 * (id % nibbles))
+	sc.unmark(id)
 	st := &sc.st[id]
 	*st = srcState{gen: sc.gen, alive: true, mask: m, devDone: m&1 == 0}
 	sc.cands = append(sc.cands, id)
@@ -413,13 +413,12 @@ func (sc *scratch) extendChains(i int, engine uint64, alts []altHolder) {
 // results closes the live runs at reached and appends one Match per
 // candidate, deepest first.
 func (sc *scratch) results(dst []Match, tbl *idTable, reached uint32) []Match {
-	srcs := tbl.srcs
 	kept := sc.cands[:0]
 	for _, id := range sc.cands {
 		if st := &sc.st[id]; st.alive {
 			st.end(reached)
 		}
-		if int(id) < len(srcs) && srcs[id] != nil { // else removed while we matched
+		if tbl.holds(id) { // else removed while we matched
 			kept = append(kept, id)
 		}
 	}
@@ -466,9 +465,8 @@ func (sc *scratch) result(m *Match, tbl *idTable, id uint32) {
 // matching (all reached), the sources with states (kept, deepest first)
 // and the members that left (in walk order, so shallowest last), merged.
 func (sc *scratch) mergeResults(dst []Match, tbl *idTable, reached uint32, kept []uint32) []Match {
-	srcs := tbl.srcs
 	member := func(id, depth, mask uint32) {
-		if int(id) >= len(srcs) || srcs[id] == nil {
+		if !tbl.holds(id) {
 			return // removed while we matched
 		}
 		dst = append(dst, Match{Source: tbl.keys[id], ID: id, Depth: int(depth)})

@@ -120,6 +120,11 @@ func (t *idTable) with(id uint32, s *source) *idTable {
 	return c
 }
 
+// holds reports whether id names a source in t.
+func (t *idTable) holds(id uint32) bool {
+	return int(id) < len(t.srcs) && t.srcs[id] != nil
+}
+
 func (r *registry) init() {
 	r.byKey = make(map[Source]*source)
 	r.byID.Store(&idTable{})
