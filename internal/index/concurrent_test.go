@@ -64,16 +64,16 @@ func TestConcurrent(t *testing.T) {
 						q := paths[r.IntN(len(paths))]
 						out = ix.AppendMatch(out[:0], q, MatchOptions{Chains: r.IntN(2) == 0})
 						for i, m := range out {
-							sum := 0
+							sum := int32(0)
 							for _, n := range m.Tiers {
 								sum += n
 							}
 							switch {
-							case m.Depth < 1 || m.Depth > len(q):
+							case m.Depth < 1 || int(m.Depth) > len(q):
 								fail <- fmt.Sprintf("depth %d for a %d-block query", m.Depth, len(q))
 							case m.DeviceDepth > m.Depth || sum != m.Depth:
 								fail <- fmt.Sprintf("tiers %+v", m)
-							case m.Chain != nil && len(m.Chain) != m.Depth:
+							case m.Chain != nil && len(m.Chain) != int(m.Depth):
 								fail <- fmt.Sprintf("chain of %d for depth %d", len(m.Chain), m.Depth)
 							case i > 0 && m.Depth > out[i-1].Depth:
 								fail <- "results not deepest first"

@@ -49,7 +49,7 @@ func FuzzOpFromEvent(f *testing.F) {
 		}
 		local := kvhash.LocalHashes(tokens, bs, kvhash.SeedFor(lora, salt))
 		got := ix.Match(local, MatchOptions{Chains: true})
-		if len(got) != 1 || got[0].Depth != len(hashes) || !slices.Equal(got[0].Chain, hashes) {
+		if len(got) != 1 || int(got[0].Depth) != len(hashes) || !slices.Equal(got[0].Chain, hashes) {
 			t.Fatalf("stored %d blocks, matched %+v", len(hashes), got)
 		}
 		other := kvhash.LocalHashes(tokens, bs, kvhash.SeedFor(lora, salt+"x"))

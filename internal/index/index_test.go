@@ -52,7 +52,7 @@ type step struct {
 type want struct {
 	src         Source
 	depth, dev  int
-	tiers       [NumTiers]int
+	tiers       [NumTiers]int32
 	chain       []uint64 // checked when non-nil
 	anyOrdering bool
 }
@@ -75,13 +75,13 @@ func TestBehaviour(t *testing.T) {
 			name:  "root chain matches its prefix",
 			steps: []step{{src: w0, op: root(dev, 1, 2, 3)}},
 			query: []uint64{1, 2, 3, 4},
-			want:  []want{{src: w0, depth: 3, dev: 3, tiers: [4]int{3}, chain: []uint64{101, 102, 103}}},
+			want:  []want{{src: w0, depth: 3, dev: 3, tiers: [4]int32{3}, chain: []uint64{101, 102, 103}}},
 		},
 		{
 			name:  "a request diverging after the first block",
 			steps: []step{{src: w0, op: root(dev, 1, 2, 3)}},
 			query: []uint64{1, 9, 3},
-			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int{1}}},
+			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int32{1}}},
 		},
 		{
 			name:  "nothing matches another first block",
@@ -92,7 +92,7 @@ func TestBehaviour(t *testing.T) {
 			name:  "a store links under its parent",
 			steps: []step{{src: w0, op: root(dev, 1, 2)}, {src: w0, op: under(102, dev, 3, 4)}},
 			query: []uint64{1, 2, 3, 4},
-			want:  []want{{src: w0, depth: 4, dev: 4, tiers: [4]int{4}, chain: []uint64{101, 102, 103, 104}}},
+			want:  []want{{src: w0, depth: 4, dev: 4, tiers: [4]int32{4}, chain: []uint64{101, 102, 103, 104}}},
 		},
 		{
 			name: "an unknown parent is rejected, not attached at the root",
@@ -101,7 +101,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: under(999, dev, 2), wantErr: ErrUnknownParent},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int{1}}},
+			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int32{1}}},
 		},
 		{
 			name: "a parent held only by another source is unknown",
@@ -110,7 +110,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: under(101, dev, 2), wantErr: ErrUnknownParent},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w1, depth: 1, dev: 1, tiers: [4]int{1}}},
+			want:  []want{{src: w1, depth: 1, dev: 1, tiers: [4]int32{1}}},
 		},
 		{
 			name: "after a removal the source is not named for those blocks",
@@ -121,8 +121,8 @@ func TestBehaviour(t *testing.T) {
 			},
 			query: []uint64{1, 2, 3},
 			want: []want{
-				{src: w1, depth: 3, dev: 3, tiers: [4]int{3}},
-				{src: w0, depth: 2, dev: 2, tiers: [4]int{2}},
+				{src: w1, depth: 3, dev: 3, tiers: [4]int32{3}},
+				{src: w0, depth: 2, dev: 2, tiers: [4]int32{2}},
 			},
 		},
 		{
@@ -132,7 +132,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: remove(dev, 102)},
 			},
 			query: []uint64{1, 2, 3},
-			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int{1}}},
+			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int32{1}}},
 		},
 		{
 			name: "lower tiers extend the device prefix",
@@ -142,7 +142,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: under(103, disk, 4, 5)},
 			},
 			query: []uint64{1, 2, 3, 4, 5, 6},
-			want:  []want{{src: w0, depth: 5, dev: 2, tiers: [4]int{2, 1, 2, 0}}},
+			want:  []want{{src: w0, depth: 5, dev: 2, tiers: [4]int32{2, 1, 2, 0}}},
 		},
 		{
 			name: "an offloaded block stays on the host tier",
@@ -152,7 +152,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: remove(dev, 102)},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w0, depth: 2, dev: 1, tiers: [4]int{1, 1}}},
+			want:  []want{{src: w0, depth: 2, dev: 1, tiers: [4]int32{1, 1}}},
 		},
 		{
 			name: "a block on device and host counts on device",
@@ -161,7 +161,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: root(dev, 1)},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w0, depth: 2, dev: 1, tiers: [4]int{1, 1}}},
+			want:  []want{{src: w0, depth: 2, dev: 1, tiers: [4]int32{1, 1}}},
 		},
 		{
 			name: "a device block past a host block is not device prefix",
@@ -170,7 +170,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: under(101, dev, 2)},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w0, depth: 2, dev: 0, tiers: [4]int{1, 1}}},
+			want:  []want{{src: w0, depth: 2, dev: 0, tiers: [4]int32{1, 1}}},
 		},
 		{
 			name: "clearing one tier keeps the others",
@@ -180,7 +180,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: Op{Kind: OpClear, Tier: dev}},
 			},
 			query: []uint64{1, 2, 3},
-			want:  []want{{src: w0, depth: 3, dev: 0, tiers: [4]int{0, 3}}},
+			want:  []want{{src: w0, depth: 3, dev: 0, tiers: [4]int32{0, 3}}},
 		},
 		{
 			name: "clearing all tiers drops the source's blocks only",
@@ -190,7 +190,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: Op{Kind: OpClear, AllTiers: true}},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w1, depth: 1, dev: 1, tiers: [4]int{1}}},
+			want:  []want{{src: w1, depth: 1, dev: 1, tiers: [4]int32{1}}},
 		},
 		{
 			name: "a cache owner outlives its worker",
@@ -200,7 +200,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, drop: true},
 			},
 			query: []uint64{1, 2, 3},
-			want:  []want{{src: o1, depth: 3, dev: 0, tiers: [4]int{0, 0, 0, 3}}},
+			want:  []want{{src: o1, depth: 3, dev: 0, tiers: [4]int32{0, 0, 0, 3}}},
 		},
 		{
 			name: "sources are ordered deepest first",
@@ -212,10 +212,10 @@ func TestBehaviour(t *testing.T) {
 			},
 			query: []uint64{1, 2, 3},
 			want: []want{
-				{src: w0, depth: 3, dev: 3, tiers: [4]int{3}},
-				{src: w2, depth: 2, dev: 2, tiers: [4]int{2}, anyOrdering: true},
-				{src: o1, depth: 2, tiers: [4]int{0, 0, 0, 2}, anyOrdering: true},
-				{src: w1, depth: 1, dev: 1, tiers: [4]int{1}},
+				{src: w0, depth: 3, dev: 3, tiers: [4]int32{3}},
+				{src: w2, depth: 2, dev: 2, tiers: [4]int32{2}, anyOrdering: true},
+				{src: o1, depth: 2, tiers: [4]int32{0, 0, 0, 2}, anyOrdering: true},
+				{src: w1, depth: 1, dev: 1, tiers: [4]int32{1}},
 			},
 		},
 		{
@@ -226,8 +226,8 @@ func TestBehaviour(t *testing.T) {
 			},
 			query: []uint64{1, 2, 3},
 			want: []want{
-				{src: w0, depth: 3, dev: 3, tiers: [4]int{3}, chain: []uint64{101, 102, 103}},
-				{src: w1, depth: 2, dev: 2, tiers: [4]int{2}, chain: []uint64{7, 8}},
+				{src: w0, depth: 3, dev: 3, tiers: [4]int32{3}, chain: []uint64{101, 102, 103}},
+				{src: w1, depth: 2, dev: 2, tiers: [4]int32{2}, chain: []uint64{7, 8}},
 			},
 		},
 		{
@@ -237,7 +237,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: Op{Kind: OpStore, Local: []uint64{5}, Hashes: []uint64{102}}},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int{1}}},
+			want:  []want{{src: w0, depth: 1, dev: 1, tiers: [4]int32{1}}},
 		},
 		{
 			name: "a store from a dump needs no parent",
@@ -246,7 +246,7 @@ func TestBehaviour(t *testing.T) {
 				{src: w0, op: root(dev, 1)},
 			},
 			query: []uint64{1, 2},
-			want:  []want{{src: w0, depth: 2, dev: 2, tiers: [4]int{2}, chain: []uint64{101, 9}}},
+			want:  []want{{src: w0, depth: 2, dev: 2, tiers: [4]int32{2}, chain: []uint64{101, 9}}},
 		},
 	}
 	for _, c := range cases {
@@ -271,16 +271,16 @@ func TestBehaviour(t *testing.T) {
 			for i, w := range c.want {
 				g := got[i]
 				if w.anyOrdering {
-					j := slices.IndexFunc(got, func(m Match) bool { return m.Source == w.src })
+					j := slices.IndexFunc(got, func(m Match) bool { return m.Source() == w.src })
 					if j < 0 {
 						t.Fatalf("no result for %s", w.src)
 					}
 					g = got[j]
 				}
-				if g.Source != w.src || g.Depth != w.depth || g.DeviceDepth != w.dev || g.Tiers != w.tiers {
+				if g.Source() != w.src || int(g.Depth) != w.depth || int(g.DeviceDepth) != w.dev || g.Tiers != w.tiers {
 					t.Fatalf("result %d: %+v, want %+v", i, g, w)
 				}
-				if len(g.Chain) != g.Depth || (w.chain != nil && !slices.Equal(g.Chain, w.chain)) {
+				if len(g.Chain) != int(g.Depth) || (w.chain != nil && !slices.Equal(g.Chain, w.chain)) {
 					t.Fatalf("result %d: chain %v, want %v", i, g.Chain, w.chain)
 				}
 			}
@@ -407,4 +407,46 @@ func TestConflict(t *testing.T) {
 		t.Errorf("conflicts of a removed source linger")
 	}
 	checkInvariants(t, ix)
+}
+
+// TestMatchGen: (ID, Gen) names one source: stable while it stays, never
+// repeated for another source given its number, nor for it coming back.
+func TestMatchGen(t *testing.T) {
+	ix, _ := New(Config{BlockSize: 16})
+	type name struct{ id, gen uint32 }
+	of := func(src Source) name {
+		t.Helper()
+		for _, m := range ix.Match([]uint64{1, 2}, MatchOptions{}) {
+			if m.Source() == src {
+				return name{m.ID, m.Gen}
+			}
+		}
+		t.Fatalf("no match for %s", src)
+		return name{}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ix.Apply(w0, root(dev, 1, 2)))
+	first := of(w0)
+	must(ix.Apply(w1, root(dev, 1)))
+	if of(w0) != first || of(w1) == first {
+		t.Fatalf("w0 %+v then %+v, w1 %+v", first, of(w0), of(w1))
+	}
+	ix.RemoveSource(w0)
+	must(ix.Apply(w2, root(dev, 1, 2)))
+	reused := of(w2)
+	if reused.id != first.id {
+		t.Fatalf("w2 got number %d, not the freed %d: the test no longer reuses one", reused.id, first.id)
+	}
+	if reused.gen == first.gen {
+		t.Fatalf("w2 took w0's number and generation %+v", reused)
+	}
+	must(ix.Apply(w0, root(dev, 1, 2)))
+	if back := of(w0); back == first || back == reused || back == of(w1) {
+		t.Fatalf("w0 back as %+v (first %+v, w2 %+v)", back, first, of(w2))
+	}
 }

@@ -15,27 +15,42 @@ type MatchOptions struct {
 	Chains bool
 }
 
-// Match is one source's overlap with a request.
+// Match is one source's overlap with a request. It is a cache line: a
+// decision over a fleet gets hundreds.
 type Match struct {
-	Source Source
-	// ID is the index's number for Source: no two sources the index holds
-	// at once share one, and a source keeps its number until it is
+	// src points into the id table the match read, which is never
+	// written once published.
+	src *Source
+	// ID is the index's number for the source: no two sources the index
+	// holds at once share one, and a source keeps its number until it is
 	// removed (then the number may go to another). Callers key tables of
-	// their own by it rather than hash Source.
+	// their own by it rather than hash the Source.
 	ID uint32
+	// Gen tells apart the sources that held ID over time: (ID, Gen) names
+	// one source (until 2^32 registrations wrap it), so a table keyed by
+	// ID is checked by Gen, without comparing Sources.
+	Gen uint32
 	// Depth is the number of blocks from the root the source holds
 	// contiguously, on any tier.
-	Depth int
+	Depth int32
 	// DeviceDepth is the contiguous prefix held on the device tier.
-	DeviceDepth int
+	DeviceDepth int32
 	// Tiers counts blocks [0, Depth) by the fastest tier holding them, so
 	// they sum to Depth; Tiers[TierHost] etc. are the lower-tier blocks
 	// that extend the device prefix.
-	Tiers [NumTiers]int
+	Tiers [NumTiers]int32
 	// Chain, with MatchOptions.Chains, is the source's own engine hashes
 	// for blocks [0, Depth). Chains of sources that agree share memory:
 	// do not append to one.
 	Chain []uint64
+}
+
+// Source is the source that matched.
+func (m *Match) Source() Source {
+	if m.src == nil {
+		return Source{}
+	}
+	return *m.src
 }
 
 // Match returns, for every source holding at least the request's first
@@ -445,11 +460,11 @@ func (sc *scratch) results(dst []Match, tbl *idTable, reached uint32) []Match {
 // result fills m with the result of source id, which has a state.
 func (sc *scratch) result(m *Match, tbl *idTable, id uint32) {
 	st := &sc.st[id]
-	m.Source, m.ID = tbl.keys[id], id
-	m.Depth = int(st.depth)
-	m.DeviceDepth = int(st.dev)
+	m.src, m.ID, m.Gen = &tbl.keys[id], id, tbl.gens[id]
+	m.Depth = int32(st.depth)
+	m.DeviceDepth = int32(st.dev)
 	for t := range numTiers {
-		m.Tiers[t] = int(st.tiers[t])
+		m.Tiers[t] = int32(st.tiers[t])
 	}
 	if sc.chains {
 		if st.chain == 0 {
@@ -469,12 +484,12 @@ func (sc *scratch) mergeResults(dst []Match, tbl *idTable, reached uint32, kept 
 		if !tbl.holds(id) {
 			return // removed while we matched
 		}
-		dst = append(dst, Match{Source: tbl.keys[id], ID: id, Depth: int(depth)})
+		dst = append(dst, Match{src: &tbl.keys[id], ID: id, Gen: tbl.gens[id], Depth: int32(depth)})
 		m := &dst[len(dst)-1]
 		if mask&1 != 0 {
-			m.DeviceDepth = int(depth)
+			m.DeviceDepth = int32(depth)
 		}
-		m.Tiers[bits.TrailingZeros32(mask)] = int(depth)
+		m.Tiers[bits.TrailingZeros32(mask)] = int32(depth)
 		if sc.chains {
 			m.Chain = sc.primary[:depth:depth] // a member never disagreed
 		}

@@ -144,8 +144,7 @@ func (m *model) match(local []uint64, chains bool) []Match {
 	seqs := kvhash.SequenceHashes(local)
 	var out []Match
 	for src, ms := range m.srcs {
-		var r Match
-		r.Source = src
+		r := Match{src: &src}
 		devRun := true
 		for _, seq := range seqs {
 			h := ms.bySeq[seq]
@@ -198,7 +197,7 @@ func sortMatches(ms []Match) {
 		if c := cmp.Compare(b.Depth, a.Depth); c != 0 {
 			return c
 		}
-		return a.Source.Compare(b.Source)
+		return a.Source().Compare(b.Source())
 	})
 }
 
@@ -217,7 +216,7 @@ func sameMatches(t *testing.T, what string, got, want []Match) {
 	}
 	for i := range got {
 		g, w := got[i], want[i]
-		if g.Source != w.Source || g.Depth != w.Depth || g.DeviceDepth != w.DeviceDepth || g.Tiers != w.Tiers || !slices.Equal(g.Chain, w.Chain) {
+		if g.Source() != w.Source() || g.Depth != w.Depth || g.DeviceDepth != w.DeviceDepth || g.Tiers != w.Tiers || !slices.Equal(g.Chain, w.Chain) {
 			t.Fatalf("%s: result %d\n got  %+v\n want %+v", what, i, g, w)
 		}
 	}

@@ -97,7 +97,7 @@ func TestCacheSaltIsolation(t *testing.T) {
 		got := ix.Match(kvhash.LocalHashes(tokens, 4, kvhash.SeedFor("", c.salt)), MatchOptions{})
 		depth := 0
 		if len(got) > 0 {
-			depth = got[0].Depth
+			depth = int(got[0].Depth)
 		}
 		if depth != c.want {
 			t.Errorf("salt %q: depth %d, want %d", c.salt, depth, c.want)

@@ -73,6 +73,7 @@ func (s Source) validate() error {
 type source struct {
 	mu  sync.Mutex
 	id  uint32
+	gen uint32 // Match.Gen
 	key Source
 	// engine maps the source's engine hashes to the identities it stored
 	// them at. An entry may be stale (the evictor removed the holder and
@@ -97,6 +98,7 @@ type registry struct {
 	// a lock.
 	byID atomic.Pointer[idTable]
 	free []uint32
+	gen  uint32 // the last source's Match.Gen
 }
 
 // idTable is the sources by id, nil for a free id, and their keys beside
@@ -105,17 +107,19 @@ type registry struct {
 type idTable struct {
 	srcs []*source
 	keys []Source
+	gens []uint32 // Match.Gen
 }
 
 // with returns a copy of t with id set to s (nil to free it).
 func (t *idTable) with(id uint32, s *source) *idTable {
 	n := max(len(t.srcs), int(id)+1)
-	c := &idTable{srcs: make([]*source, n), keys: make([]Source, n)}
+	c := &idTable{srcs: make([]*source, n), keys: make([]Source, n), gens: make([]uint32, n)}
 	copy(c.srcs, t.srcs)
 	copy(c.keys, t.keys)
-	c.srcs[id], c.keys[id] = s, Source{}
+	copy(c.gens, t.gens)
+	c.srcs[id], c.keys[id], c.gens[id] = s, Source{}, 0
 	if s != nil {
-		c.keys[id] = s.key
+		c.keys[id], c.gens[id] = s.key, s.gen
 	}
 	return c
 }
@@ -160,7 +164,8 @@ func (r *registry) resolve(key Source) (*source, error) {
 			return nil, fmt.Errorf("%w: more than %d sources", ErrSource, maxSourceID+1)
 		}
 	}
-	s := &source{id: id, key: key}
+	r.gen++
+	s := &source{id: id, gen: r.gen, key: key}
 	r.byID.Store(old.with(id, s))
 	r.byKey[key] = s
 	return s, nil

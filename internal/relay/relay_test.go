@@ -107,8 +107,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func depth(ix *index.Index, local []uint64, src index.Source) int {
 	for _, m := range ix.Match(local, index.MatchOptions{}) {
-		if m.Source == src {
-			return m.Depth
+		if m.Source() == src {
+			return int(m.Depth)
 		}
 	}
 	return 0

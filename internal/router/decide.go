@@ -282,18 +282,18 @@ func (r *Router) fill(c *schedule.Candidate, g *group, e *entry, i int, ld *load
 	depth := 0
 	ref := &e.ranks[i]
 	if m := g.match(ref.slot); m != nil {
-		c.DeviceOverlap = m.DeviceDepth
-		c.HostOverlap = m.Tiers[kvevents.TierHost] + m.Tiers[kvevents.TierExternal]
-		c.DiskOverlap = m.Tiers[kvevents.TierDisk]
-		depth = m.Depth
+		c.DeviceOverlap = int(m.DeviceDepth)
+		c.HostOverlap = int(m.Tiers[kvevents.TierHost] + m.Tiers[kvevents.TierExternal])
+		c.DiskOverlap = int(m.Tiers[kvevents.TierDisk])
+		depth = int(m.Depth)
 	}
 	// The slot check guards against an owner another worker claimed since
 	// (its slot may have been reused).
 	if os := ref.ownerSlot; os >= 0 && r.slotSrc[os].Owner == ref.owner {
 		// The rank's own runner restores its runner-owned blocks locally,
 		// as fast as host offload: they extend the host overlap.
-		if m := g.match(os); m != nil && m.Depth > depth {
-			c.HostOverlap += m.Depth - depth
+		if m := g.match(os); m != nil && int(m.Depth) > depth {
+			c.HostOverlap += int(m.Depth) - depth
 		}
 	}
 	l := ld.by[ref.slot]
@@ -325,42 +325,46 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 	}
 	if slot, ok := r.slots[tsrc]; ok {
 		if tm := g.match(slot); tm != nil {
-			req.PrefixToBeat, req.Chain = tm.DeviceDepth, tm.Chain
+			req.PrefixToBeat, req.Chain = int(tm.DeviceDepth), tm.Chain
 		}
 	}
 	shallow := false // some source but the target cannot beat its prefix
 	for i := range g.matches {
 		m := &g.matches[i]
-		depth := m.Depth
-		if !m.Source.IsOwner() {
-			// A worker's own blocks are pulled from its device; its
-			// lower tiers are not served to peers.
-			depth = m.DeviceDepth
+		depth := int(m.Depth)
+		var src index.Source
+		if depth > req.PrefixToBeat { // else no tier of it can win
+			src = m.Source()
+			if !src.IsOwner() {
+				// A worker's own blocks are pulled from its device;
+				// its lower tiers are not served to peers.
+				depth = int(m.DeviceDepth)
+			}
 		}
 		if depth <= req.PrefixToBeat {
 			// Cannot win; skipping spares the lookups. The target is
 			// compared once one is shallow, not with every candidate:
 			// with hundreds, that comparison was 2% of a decision.
-			if !shallow && m.Source != tsrc {
+			if !shallow && m.Source() != tsrc {
 				shallow = true
 			}
 			continue
 		}
-		if m.Source == tsrc {
+		if src == tsrc {
 			continue
 		}
 		guess := false
-		if !m.Source.IsOwner() {
-			e := r.workers[m.Source.Worker]
+		if !src.IsOwner() {
+			e := r.workers[src.Worker]
 			guess = e != nil && e.w.Mode == ModeApproximate
 		}
 		req.Candidates = append(req.Candidates, hints.Candidate{
-			Source: hints.Source(m.Source),
+			Source: hints.Source(src),
 			Depth:  depth,
 			Chain:  m.Chain,
 			// A guess carries made-up engine hashes: comparing them
 			// means nothing (and Meta refuses the source anyway).
-			HashConflict: !guess && g.ix.Conflict(tsrc, m.Source),
+			HashConflict: !guess && g.ix.Conflict(tsrc, src),
 			// Identities are salted: a match is under the request's salt.
 			Salt: salt,
 		})

@@ -112,37 +112,41 @@ func (r *Router) canonical(src index.Source) index.Source {
 // slotOf returns the slot of a match's source, -1 when it has none.
 // Callers hold mu.
 func (r *Router) slotOf(c *slotCache, m *index.Match) int32 {
-	if slot := c.get(m.ID); slot >= 0 && r.slotSrc[slot] == m.Source {
+	if slot, ok := c.get(m.ID, m.Gen); ok {
 		return slot
 	}
-	slot, ok := r.slots[m.Source]
+	slot, ok := r.slots[m.Source()]
 	if !ok {
 		return -1
 	}
-	c.put(m.ID, slot)
+	c.put(m.ID, m.Gen, slot)
 	return slot
 }
 
 // slotCache maps one index's source numbers to slots. Decisions fill it
-// under the read lock, hence the atomics; a hit counts only when the slot
-// still holds the match's source, so numbers and slots being reused leave
-// it wrong but never misleading.
+// under the read lock, hence the atomics. An entry counts only for the
+// source generation it was made for (index.Match.Gen), so a number the
+// index gives to another source misses; a source whose slot the router
+// frees is removed from its index first (dropSource), so its generation
+// never matches again.
 type slotCache struct {
-	mu sync.Mutex // taken to grow
-	t  atomic.Pointer[[]atomic.Int32]
+	mu sync.Mutex                      // taken to grow
+	t  atomic.Pointer[[]atomic.Uint64] // by number: gen<<32 | slot+1
 }
 
-func (c *slotCache) get(id uint32) int32 {
+func (c *slotCache) get(id, gen uint32) (int32, bool) {
 	if c == nil {
-		return -1
+		return -1, false
 	}
 	if t := c.t.Load(); t != nil && int(id) < len(*t) {
-		return (*t)[id].Load() - 1
+		if v := (*t)[id].Load(); v != 0 && uint32(v>>32) == gen {
+			return int32(uint32(v)) - 1, true
+		}
 	}
-	return -1
+	return -1, false
 }
 
-func (c *slotCache) put(id uint32, slot int32) {
+func (c *slotCache) put(id, gen uint32, slot int32) {
 	if c == nil {
 		return
 	}
@@ -150,7 +154,7 @@ func (c *slotCache) put(id uint32, slot int32) {
 	if t == nil || int(id) >= len(*t) {
 		c.mu.Lock()
 		if t = c.t.Load(); t == nil || int(id) >= len(*t) {
-			grown := make([]atomic.Int32, max(64, 2*int(id)+1))
+			grown := make([]atomic.Uint64, max(64, 2*int(id)+1))
 			if t != nil {
 				for i := range *t {
 					grown[i].Store((*t)[i].Load())
@@ -163,5 +167,5 @@ func (c *slotCache) put(id uint32, slot int32) {
 	}
 	// A put racing a grow may land in the old table and be lost: it is a
 	// cache.
-	(*t)[id].Store(slot + 1)
+	(*t)[id].Store(uint64(gen)<<32 | uint64(uint32(slot+1)))
 }

@@ -41,6 +41,7 @@ func TestLinksSurviveChurn(t *testing.T) {
 	describe(r) // fills the caches
 	r.Remove("a", t0)
 	r.Expire(t0.Add(2 * time.Minute)) // a's cache owners detached; now gone
+	describe(r)                       // b's and c's numbers cached
 	for w, srcs := range map[string][]index.Source{
 		"b": {index.WorkerRank("b", 0), index.CacheOwner("owner-b-0")},
 		"c": {index.WorkerRank("c", 0), index.CacheOwner("owner-c-0")},

@@ -146,7 +146,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		if slot < 0 {
 			continue
 		}
-		if d := g.matches[i].Depth; bounded && len(b.ties) > 0 && d != depth {
+		if d := int(g.matches[i].Depth); bounded && len(b.ties) > 0 && d != depth {
 			depth = d
 			// Skipped only when clear of rounding: a rank costing
 			// exactly the cheapest is a tie and must be drawn among.
