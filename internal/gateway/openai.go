@@ -263,44 +263,47 @@ func plainTokenIDsAt(dst []uint32, b []byte, i int) (out []uint32, end int, ok b
 		return out, i + 1, true
 	}
 	for i < len(b) {
-		var v uint64
-		if i+8 <= len(b) {
-			// Most ids are fewer than eight digits: find the run's end and
-			// convert it from one load, without a branch per digit (the
-			// byte loop mispredicted each id's end).
+		// The usual "1,2,3": an id of up to seven digits and its comma
+		// read from one load, the comma found in the same word, so the
+		// next id's load waits only on this one's length.
+		for i+8 <= len(b) {
 			w := binary.LittleEndian.Uint64(b[i:])
-			if n := digitRun(w); n > 0 && n < 8 && (n == 1 || byte(w) != '0') {
-				v = uint64(eightDigits(w << (64 - 8*n)))
-				i += n
-				goto separator
+			// The first comma's byte: a zero byte of w^commas, found
+			// exactly (borrows only spoil the bytes above it). The
+			// digits before it are checked off the path to the next id.
+			x := w ^ 0x2C2C2C2C2C2C2C2C
+			n := bits.TrailingZeros64((x-0x0101010101010101)&^x&0x8080808080808080) >> 3
+			if n == 0 || n == 8 || digitRun(w) != n || (n > 1 && byte(w) == '0') {
+				break
 			}
+			out = append(out, eightDigits(w<<(64-8*n)))
+			i += n + 1
 		}
-		{
-			start := i
-			for ; i < len(b); i++ {
-				d := b[i] - '0'
-				if d > 9 {
-					break
-				}
-				v = v*10 + uint64(d)
-			}
-			// Ten digits cannot overflow v; more are too large anyway.
-			if i == start || i-start > 10 || v > math.MaxUint32 || (b[start] == '0' && i-start > 1) {
-				return nil, 0, false
-			}
+		// Anything else a byte at a time: whitespace, the last id, an id
+		// of eight or more digits, or what is not an id at all.
+		if i = rawjson.SkipSpace(b, i); i >= len(b) {
+			return nil, 0, false
 		}
-	separator:
+		var v uint64
+		start := i
+		for ; i < len(b); i++ {
+			d := b[i] - '0'
+			if d > 9 {
+				break
+			}
+			v = v*10 + uint64(d)
+		}
+		// Ten digits cannot overflow v; more are too large anyway.
+		if i == start || i-start > 10 || v > math.MaxUint32 || (b[start] == '0' && i-start > 1) {
+			return nil, 0, false
+		}
 		out = append(out, uint32(v))
-		if i < len(b) && b[i] == ',' && i+1 < len(b) && b[i+1]-'0' <= 9 {
-			i++ // the usual "1,2,3": no whitespace to skip
-			continue
-		}
 		if i = rawjson.SkipSpace(b, i); i >= len(b) {
 			return nil, 0, false
 		}
 		switch b[i] {
 		case ',':
-			i = rawjson.SkipSpace(b, i+1)
+			i++
 		case ']':
 			return out, i + 1, true
 		default:
