@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 
 	"kvrouter/internal/kvevents"
@@ -63,4 +64,31 @@ func (ix *Index) Dump(src Source) []Op {
 		}
 	}
 	return ops
+}
+
+// Held counts src's blocks by tier as Dump lists them (a block held on two
+// tiers counts on each), without listing or sorting them: a router recounts
+// every source on a ticker, and Dump spent most of that building ops.
+func (ix *Index) Held(src Source) (n [NumTiers]int) {
+	s := ix.reg.lookup(src)
+	if s == nil {
+		return n
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, es := range s.engine.slots {
+		if es.seq == 0 {
+			continue
+		}
+		sh := &ix.shards[shardOf(es.seq)]
+		sh.mu.RLock()
+		_, w, ok := sh.holds(es.seq, s.id, es.e)
+		sh.mu.RUnlock()
+		if ok {
+			for m := w & tierMask; m != 0; m &= m - 1 {
+				n[bits.TrailingZeros32(m)]++
+			}
+		}
+	}
+	return n
 }

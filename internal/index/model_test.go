@@ -170,6 +170,20 @@ func (m *model) match(local []uint64, chains bool) []Match {
 	return out
 }
 
+// held counts src's blocks per tier, a block once on each tier holding it.
+func (m *model) held(src Source) (n [NumTiers]int) {
+	if ms := m.srcs[src]; ms != nil {
+		for _, h := range ms.bySeq {
+			for t := range numTiers {
+				if h.tiers&(1<<t) != 0 {
+					n[t]++
+				}
+			}
+		}
+	}
+	return n
+}
+
 func fastest(mask uint32) int {
 	for t := range numTiers {
 		if mask&(1<<t) != 0 {
@@ -397,6 +411,12 @@ func TestModelRandom(t *testing.T) {
 			compareAll(t, "end", ix, m, w)
 			if r.srcs > 100 && !hasDense(ix) {
 				t.Fatalf("no holder set turned dense")
+			}
+
+			for _, src := range w.sources {
+				if got, want := ix.Held(src), m.held(src); got != want {
+					t.Fatalf("Held(%s) = %v, model %v", src, got, want)
+				}
 			}
 
 			// Dump → rebuild gives identical matches.

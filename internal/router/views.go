@@ -148,11 +148,7 @@ func (r *Router) RefreshSizes() {
 		if !ok {
 			continue
 		}
-		var b Blocks
-		for _, op := range ix.Dump(src) {
-			b[op.Tier] += len(op.Hashes)
-		}
-		sizes[src] = b
+		sizes[src] = Blocks(ix.Held(src))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
