@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"kvrouter/internal/index"
@@ -113,5 +114,31 @@ func TestCheapestWarmTiesCold(t *testing.T) {
 	}
 	if len(seen) < 3 {
 		t.Fatalf("draws went to %v: want the tie spread over idle and warm ranks", seen)
+	}
+}
+
+// TestDraw: draw picks the k-th tie in (entry, rank) order, whether the
+// places fit its integer keys or not.
+func TestDraw(t *testing.T) {
+	for _, base := range []int{0, 1 << 22} { // the second overflows a key
+		rng := rand.New(rand.NewPCG(uint64(base), 2))
+		ents := make([]*entry, 30)
+		for i := range ents {
+			ents[i] = &entry{pos: base + i}
+		}
+		var ties []tie
+		for _, e := range ents {
+			for i := range rng.IntN(4) {
+				ties = append(ties, tie{e: e, i: i})
+			}
+		}
+		want := slices.Clone(ties)
+		rng.Shuffle(len(ties), func(a, b int) { ties[a], ties[b] = ties[b], ties[a] })
+		var ld loads
+		for k := range want {
+			if got := ld.draw(slices.Clone(ties), k); got != want[k] {
+				t.Fatalf("base %d: draw %d = %+v, want %+v", base, k, got, want[k])
+			}
+		}
 	}
 }

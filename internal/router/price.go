@@ -21,6 +21,7 @@ type loads struct {
 	of       []*group // by scored candidate, with several block sizes
 	ties     []tie
 	hit      []tie    // the ranks with work in flight
+	keys     []uint64 // draw's
 	mark     []uint32 // by rank slot: gen when the rank was priced
 	gen      uint32
 }
@@ -171,16 +172,34 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 	}
 	pick := b.ties[0]
 	if len(b.ties) > 1 {
-		// Tied ranks in the order the full list has them, for the draw.
-		slices.SortFunc(b.ties, func(a, b tie) int {
-			if a.e != b.e {
-				return a.e.pos - b.e.pos
-			}
-			return a.i - b.i
-		})
-		pick = b.ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(b.ties))]
+		pick = ld.draw(b.ties, rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(b.ties)))
 	}
 	return pick.e, pick.i, true
+}
+
+// draw returns the k-th of ties in the order the full list has them (by
+// entry, then rank). A new conversation ties a hundred ranks sharing its
+// system prompt: their places are sorted as plain integers, each carrying
+// its tie's index, rather than the ties through their entries.
+func (ld *loads) draw(ties []tie, k int) tie {
+	const bits = 21 // ties and ranks per worker below 2^21, entries below 2^22
+	keys := ld.keys[:0]
+	for j, t := range ties {
+		if t.e.pos >= 1<<(64-2*bits) || t.i >= 1<<bits || j >= 1<<bits {
+			// Past what a key holds: sort the ties themselves.
+			slices.SortFunc(ties, func(a, b tie) int {
+				if a.e != b.e {
+					return a.e.pos - b.e.pos
+				}
+				return a.i - b.i
+			})
+			return ties[k]
+		}
+		keys = append(keys, uint64(t.e.pos)<<(2*bits)|uint64(t.i)<<bits|uint64(j))
+	}
+	slices.Sort(keys)
+	ld.keys = keys
+	return ties[keys[k]&(1<<bits-1)]
 }
 
 // best keeps the cheapest ranks offered so far: the lowest cost, and of
