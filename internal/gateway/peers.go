@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,7 @@ type peerBook struct {
 
 	mu    sync.Mutex
 	peers map[string]*peer
+	known atomic.Int32 // len(peers), read without mu
 }
 
 type peer struct {
@@ -57,13 +59,16 @@ func newPeerBook(load *schedule.Load, timeout time.Duration) *peerBook {
 	return &peerBook{load: load, timeout: timeout, peers: map[string]*peer{}}
 }
 
-func (b *peerBook) apply(m loadMsg, now time.Time) {
+// apply records m; met reports a replica not heard from before.
+func (b *peerBook) apply(m loadMsg, now time.Time) (met bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.peers[m.Replica]
 	if p == nil {
 		p = &peer{reqs: map[string]bool{}}
 		b.peers[m.Replica] = p
+		b.known.Store(int32(len(b.peers)))
+		met = true
 	}
 	p.seen = now
 	switch m.Op {
@@ -92,6 +97,7 @@ func (b *peerBook) apply(m loadMsg, now time.Time) {
 			}
 		}
 	}
+	return met
 }
 
 // expire drops peers not heard from within the timeout.
@@ -109,6 +115,7 @@ func (b *peerBook) expire(now time.Time) []string {
 		delete(b.peers, name)
 		gone = append(gone, name)
 	}
+	b.known.Store(int32(len(b.peers)))
 	return gone
 }
 
@@ -180,8 +187,15 @@ func (p *Peers) Finish(id string) {
 	p.publish(loadMsg{Op: opFinish, ID: id})
 }
 
+// publish queues m for the other replicas. A replica that knows of none
+// announces only its heartbeats: a lone router's per-request messages cost
+// it 3% of its CPU (encoding them, and NATS echoing them back) for no one.
+// Others learn of it from its heartbeat, it of them from theirs, and each
+// answers a newcomer's with its own at once, so sharing starts within
+// moments of a second replica appearing (requests already in flight then
+// are not shared: they end soon).
 func (p *Peers) publish(m loadMsg) {
-	if p.NC == nil {
+	if p.NC == nil || (m.Op != opAlive && p.book.known.Load() == 0) {
 		return
 	}
 	p.pmu.Lock()
@@ -233,6 +247,7 @@ func (p *Peers) Run(ctx context.Context) error {
 		return err
 	}
 	defer sub.Unsubscribe()
+	p.heartbeat() // here we are: replicas already running start sharing
 	t := time.NewTicker(p.Every)
 	defer t.Stop()
 	batch := time.NewTimer(batchDelay)
@@ -256,21 +271,31 @@ func (p *Peers) Run(ctx context.Context) error {
 			}
 			p.Metrics.peerMessages.WithLabelValues("in").Add(float64(len(b.Msgs)))
 			now := p.Now()
+			met := false
 			for _, m := range b.Msgs {
 				m.Replica = b.Replica
-				p.book.apply(m, now)
+				met = p.book.apply(m, now) || met
+			}
+			if met {
+				p.Log.Info("peers: replica announcing; sharing load with it", "replica", b.Replica)
+				p.heartbeat()
 			}
 		case <-t.C:
-			p.mu.Lock()
-			ids := make([]string, 0, len(p.mine))
-			for id := range p.mine {
-				ids = append(ids, id)
-			}
-			p.publish(loadMsg{Op: opAlive, IDs: ids})
-			p.mu.Unlock()
+			p.heartbeat()
 			for _, name := range p.book.expire(p.Now()) {
 				p.Log.Info("peers: replica stopped announcing; dropping its load", "replica", name)
 			}
 		}
 	}
+}
+
+// heartbeat announces this replica with every request it has in flight.
+func (p *Peers) heartbeat() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, 0, len(p.mine))
+	for id := range p.mine {
+		ids = append(ids, id)
+	}
+	p.publish(loadMsg{Op: opAlive, IDs: ids})
 }

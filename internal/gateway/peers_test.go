@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"kvrouter/internal/bus"
 	"kvrouter/internal/router"
@@ -39,6 +42,14 @@ func TestPeersShareLoad(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	// Replicas announce requests once they know of another.
+	for _, p := range []*Peers{a, c} {
+		for deadline := time.Now().Add(5 * time.Second); p.book.known.Load() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s met no other", p.Replica)
+			}
+		}
+	}
 	// More than one payload's worth, so that batches split.
 	n := batchMax + 10
 	for i := range n {
@@ -55,4 +66,59 @@ func TestPeersShareLoad(t *testing.T) {
 	c.Finish("c/1")
 	want(a, 0)
 	want(c, 0)
+}
+
+// TestLonePeerAnnouncesOnlyHeartbeats: a replica alone on NATS sends no
+// per-request messages; once another appears, both share what starts next.
+func TestLonePeerAnnouncesOnlyHeartbeats(t *testing.T) {
+	b, err := bus.Open(context.Background(), bus.Options{Name: "lone-test", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan *nats.Msg, 64)
+	sub, err := b.Conn.ChanSubscribe(LoadSubject, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	m := NewMetrics(func() router.Stats { return router.Stats{} })
+	a := NewPeers(b.Conn, "a", schedule.NewLoad(), 20*time.Millisecond, time.Minute, m, quiet(), time.Now)
+	go a.Run(ctx)
+	rank := schedule.Rank{Worker: "w", DP: 0}
+	a.Start("a/alone", rank, 100, 4)
+	a.Finish("a/alone")
+	heartbeats := 0
+	for heartbeats < 3 {
+		select {
+		case nm := <-seen:
+			var batch loadBatch
+			if err := json.Unmarshal(nm.Data, &batch); err != nil {
+				t.Fatal(err)
+			}
+			for _, msg := range batch.Msgs {
+				if msg.Op != opAlive {
+					t.Fatalf("a lone replica announced %+v", msg)
+				}
+				heartbeats++
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d heartbeats in 5 s", heartbeats)
+		}
+	}
+	c := NewPeers(b.Conn, "c", schedule.NewLoad(), time.Hour, time.Minute, m, quiet(), time.Now)
+	go c.Run(ctx)
+	for deadline := time.Now().Add(5 * time.Second); a.book.known.Load() == 0 || c.book.known.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replicas did not meet")
+		}
+	}
+	a.Start("a/shared", rank, 100, 4)
+	for deadline := time.Now().Add(5 * time.Second); c.Load.Of(rank).Requests != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("c sees %d requests on %v, want 1", c.Load.Of(rank).Requests, rank)
+		}
+	}
 }
