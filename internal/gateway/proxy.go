@@ -249,7 +249,8 @@ func responseUsage(b []byte) *usage {
 	if !bytes.Contains(b, []byte(`"usage"`)) {
 		return nil
 	}
-	top, ok := rawjson.ScanObject(nil, b, nil)
+	var buf [16]rawjson.Member // on the stack unless the answer has more
+	top, ok := rawjson.ScanObject(buf[:0], b, nil)
 	if !ok {
 		return nil
 	}
@@ -267,7 +268,8 @@ func responseUsage(b []byte) *usage {
 // readUsage reads a usage object (valid JSON) without reflection: it is
 // read once per request. ok is false where encoding/json would fail too.
 func readUsage(raw []byte) (*usage, bool) {
-	ms, ok := rawjson.ScanObject(nil, raw, nil)
+	var buf [8]rawjson.Member
+	ms, ok := rawjson.ScanObject(buf[:0], raw, nil)
 	if !ok {
 		return nil, false
 	}
@@ -280,7 +282,8 @@ func readUsage(raw []byte) (*usage, bool) {
 		if v == nil || isNull(v) {
 			return 0, false, true
 		}
-		inner, ok := rawjson.ScanObject(nil, v, nil)
+		var buf [4]rawjson.Member
+		inner, ok := rawjson.ScanObject(buf[:0], v, nil)
 		if !ok {
 			return 0, false, false
 		}

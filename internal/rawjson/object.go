@@ -34,7 +34,7 @@ func ScanObject(dst []Member, b []byte, take func(key string, b []byte, i int) i
 		if end < 0 {
 			return dst, false
 		}
-		key := string(b[i+1 : end-1])
+		key := intern(b[i+1 : end-1])
 		if bytes.IndexByte(b[i:end], '\\') >= 0 {
 			if json.Unmarshal(b[i:end], &key) != nil {
 				return dst, false
@@ -66,4 +66,51 @@ func ScanObject(dst []Member, b []byte, take func(key string, b []byte, i int) i
 			return dst, false
 		}
 	}
+}
+
+// intern returns b as a string, without allocating for the keys inference
+// requests and answers carry: the router reads two objects per request and
+// the usage object's, and their keys were a string allocation each.
+func intern(b []byte) string {
+	switch string(b) { // compiled to comparisons: no allocation
+	case "model":
+		return "model"
+	case "prompt":
+		return "prompt"
+	case "messages":
+		return "messages"
+	case "stream":
+		return "stream"
+	case "stream_options":
+		return "stream_options"
+	case "max_tokens":
+		return "max_tokens"
+	case "temperature":
+		return "temperature"
+	case "id":
+		return "id"
+	case "object":
+		return "object"
+	case "created":
+		return "created"
+	case "choices":
+		return "choices"
+	case "usage":
+		return "usage"
+	case "prompt_tokens":
+		return "prompt_tokens"
+	case "completion_tokens":
+		return "completion_tokens"
+	case "total_tokens":
+		return "total_tokens"
+	case "prompt_tokens_details":
+		return "prompt_tokens_details"
+	case "cached_tokens":
+		return "cached_tokens"
+	case "kvrouter":
+		return "kvrouter"
+	case "peer_restored_tokens":
+		return "peer_restored_tokens"
+	}
+	return string(b)
 }

@@ -73,7 +73,8 @@ func FuzzValid(f *testing.F) {
 // FuzzScanObject: ScanObject accepts exactly the JSON objects, and finds
 // the members encoding/json does (the last of duplicate keys winning).
 func FuzzScanObject(f *testing.F) {
-	for _, c := range []string{`{}`, ` {"a":1, "b" : [1,2,{"c":"d"}], "\u0061":null} `, `{"a":1,}`, `{"a" 1}`, `[1]`, `{"a":1}x`, `{"a":"\q"}`} {
+	for _, c := range []string{`{}`, ` {"a":1, "b" : [1,2,{"c":"d"}], "\u0061":null} `, `{"a":1,}`, `{"a" 1}`, `[1]`, `{"a":1}x`, `{"a":"\q"}`,
+		`{"model":"m","usage":{"prompt_tokens":1,"prompt_tokens_details":null},"kvrouter":2,"\u0075sage":3,"usag":4}`} {
 		f.Add([]byte(c))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
