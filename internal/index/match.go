@@ -480,40 +480,47 @@ func (sc *scratch) result(m *Match, tbl *idTable, id uint32) {
 // matching (all reached), the sources with states (kept, deepest first)
 // and the members that left (in walk order, so shallowest last), merged.
 func (sc *scratch) mergeResults(dst []Match, tbl *idTable, reached uint32, kept []uint32) []Match {
-	member := func(id, depth, mask uint32) {
+	// Room for every result first: each is then written in place, with
+	// dst's length in a register rather than in a closure's context.
+	dst = slices.Grow(dst, len(sc.cohort)*nibbles+len(sc.left)+len(kept))
+	n := len(dst)
+	dst = dst[:cap(dst)]
+	member := func(n int, id, depth, mask uint32) int {
 		if !tbl.holds(id) {
-			return // removed while we matched
+			return n // removed while we matched
 		}
-		dst = append(dst, Match{src: &tbl.keys[id], ID: id, Gen: tbl.gens[id], Depth: int32(depth)})
-		m := &dst[len(dst)-1]
-		if mask&1 != 0 {
-			m.DeviceDepth = int32(depth)
-		}
+		m := &dst[n]
+		m.src, m.ID, m.Gen = &tbl.keys[id], id, tbl.gens[id]
+		m.Depth, m.DeviceDepth = int32(depth), int32(depth&-(mask&1))
+		m.Tiers = [NumTiers]int32{}
 		m.Tiers[bits.TrailingZeros32(mask)] = int32(depth)
+		m.Chain = nil
 		if sc.chains {
 			m.Chain = sc.primary[:depth:depth] // a member never disagreed
 		}
+		return n + 1
 	}
 	for k, w := range sc.cohort {
 		for ; w != 0; w &^= tierMask << (4 * (uint32(bits.TrailingZeros32(w)) / 4)) {
 			j := uint32(bits.TrailingZeros32(w)) / 4
-			member(uint32(k)*nibbles+j, reached, w>>(4*j)&tierMask)
+			n = member(n, uint32(k)*nibbles+j, reached, w>>(4*j)&tierMask)
 		}
 	}
 	l := len(sc.left)
 	for _, id := range kept {
 		for ; l > 0 && sc.left[l-1].at > sc.st[id].depth; l-- {
 			g := &sc.left[l-1]
-			member(g.id, g.at, g.mask)
+			n = member(n, g.id, g.at, g.mask)
 		}
-		dst = append(dst, Match{})
-		sc.result(&dst[len(dst)-1], tbl, id)
+		dst[n] = Match{}
+		sc.result(&dst[n], tbl, id)
+		n++
 	}
 	for ; l > 0; l-- {
 		g := &sc.left[l-1]
-		member(g.id, g.at, g.mask)
+		n = member(n, g.id, g.at, g.mask)
 	}
-	return dst
+	return dst[:n]
 }
 
 // sortAt is the number of candidates past which results sorts them by
