@@ -168,6 +168,11 @@ func NewPeers(nc *nats.Conn, replica string, load *schedule.Load, every, timeout
 // never overtakes a start it does not list.
 func (p *Peers) Start(id string, r schedule.Rank, prefill, blocks float64) {
 	p.Load.Start(id, r, prefill, blocks)
+	if p.NC == nil || p.book.known.Load() == 0 {
+		// Alone: no one to announce it to, nor to list it for in a
+		// heartbeat (a replica met later never heard of it).
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mine[id] = true
