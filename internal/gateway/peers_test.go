@@ -17,19 +17,8 @@ import (
 // TestPeersShareLoad: two replicas on one NATS see each other's requests
 // start and end, batched, and neither counts its own twice.
 func TestPeersShareLoad(t *testing.T) {
-	b, err := bus.Open(context.Background(), bus.Options{Name: "peers-test", Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m := NewMetrics(func() router.Stats { return router.Stats{} })
-	newPeer := func(name string) *Peers {
-		p := NewPeers(b.Conn, name, schedule.NewLoad(), 50*time.Millisecond, time.Minute, m, quiet(), time.Now)
-		go p.Run(ctx)
-		return p
-	}
+	_, start := peerBus(t)
+	newPeer := func(name string) *Peers { return start(name, 50*time.Millisecond) }
 	a, c := newPeer("a"), newPeer("c")
 	rank := schedule.Rank{Worker: "w", DP: 1}
 	want := func(p *Peers, n int) {
@@ -71,22 +60,14 @@ func TestPeersShareLoad(t *testing.T) {
 // TestLonePeerAnnouncesOnlyHeartbeats: a replica alone on NATS sends no
 // per-request messages; once another appears, both share what starts next.
 func TestLonePeerAnnouncesOnlyHeartbeats(t *testing.T) {
-	b, err := bus.Open(context.Background(), bus.Options{Name: "lone-test", Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	b, start := peerBus(t)
 	seen := make(chan *nats.Msg, 64)
 	sub, err := b.Conn.ChanSubscribe(LoadSubject, seen)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	m := NewMetrics(func() router.Stats { return router.Stats{} })
-	a := NewPeers(b.Conn, "a", schedule.NewLoad(), 20*time.Millisecond, time.Minute, m, quiet(), time.Now)
-	go a.Run(ctx)
+	a := start("a", 20*time.Millisecond)
 	rank := schedule.Rank{Worker: "w", DP: 0}
 	a.Start("a/alone", rank, 100, 4)
 	a.Finish("a/alone")
@@ -108,8 +89,7 @@ func TestLonePeerAnnouncesOnlyHeartbeats(t *testing.T) {
 			t.Fatalf("%d heartbeats in 5 s", heartbeats)
 		}
 	}
-	c := NewPeers(b.Conn, "c", schedule.NewLoad(), time.Hour, time.Minute, m, quiet(), time.Now)
-	go c.Run(ctx)
+	c := start("c", time.Hour)
 	for deadline := time.Now().Add(5 * time.Second); a.book.known.Load() == 0 || c.book.known.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the replicas did not meet")
@@ -120,5 +100,24 @@ func TestLonePeerAnnouncesOnlyHeartbeats(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("c sees %d requests on %v, want 1", c.Load.Of(rank).Requests, rank)
 		}
+	}
+}
+
+// peerBus starts an embedded NATS for the test and returns it with a
+// function starting a replica on it that heartbeats every given interval.
+func peerBus(t *testing.T) (*bus.Bus, func(name string, every time.Duration) *Peers) {
+	t.Helper()
+	b, err := bus.Open(context.Background(), bus.Options{Name: t.Name(), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m := NewMetrics(func() router.Stats { return router.Stats{} })
+	return b, func(name string, every time.Duration) *Peers {
+		p := NewPeers(b.Conn, name, schedule.NewLoad(), every, time.Minute, m, quiet(), time.Now)
+		go p.Run(ctx)
+		return p
 	}
 }
