@@ -99,9 +99,10 @@ func (r *Router) rlockLinked() {
 }
 
 // canonical returns src spelled with the router's own strings, so that
-// the index keeps those (it keeps the first spelling it sees) and slotOf's
-// comparison finds equal pointers instead of comparing bytes. Callers hold
-// mu.
+// the index keeps those (it keeps the first spelling it sees) and a match's
+// source compared with the router's (hint selection, a slot looked up on
+// a cache miss) finds equal pointers instead of comparing bytes. Callers
+// hold mu.
 func (r *Router) canonical(src index.Source) index.Source {
 	if slot, ok := r.slots[src]; ok {
 		return r.slotSrc[slot]
