@@ -168,9 +168,9 @@ func NewPeers(nc *nats.Conn, replica string, load *schedule.Load, every, timeout
 // never overtakes a start it does not list.
 func (p *Peers) Start(id string, r schedule.Rank, prefill, blocks float64) {
 	p.Load.Start(id, r, prefill, blocks)
-	if p.NC == nil || p.book.known.Load() == 0 {
-		// Alone: no one to announce it to, nor to list it for in a
-		// heartbeat (a replica met later never heard of it).
+	if p.alone() {
+		// No one to announce it to, nor to list it for in a heartbeat
+		// (a replica met later never heard of it).
 		return
 	}
 	p.mu.Lock()
@@ -200,7 +200,7 @@ func (p *Peers) Finish(id string) {
 // moments of a second replica appearing (requests already in flight then
 // are not shared: they end soon).
 func (p *Peers) publish(m loadMsg) {
-	if p.NC == nil || (m.Op != opAlive && p.book.known.Load() == 0) {
+	if p.NC == nil || (m.Op != opAlive && p.alone()) {
 		return
 	}
 	p.pmu.Lock()
@@ -293,6 +293,9 @@ func (p *Peers) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// alone reports whether no other replica is known to share load with.
+func (p *Peers) alone() bool { return p.NC == nil || p.book.known.Load() == 0 }
 
 // heartbeat announces this replica with every request it has in flight.
 func (p *Peers) heartbeat() {

@@ -19,27 +19,15 @@ const DumpChunk = 1024
 // depth order within a tier. It serves the initial inventory of a late
 // router and the resync after a gap.
 func (ix *Index) Dump(src Source) []Op {
-	s := ix.reg.lookup(src)
-	if s == nil {
-		return nil
-	}
 	type entry struct {
 		seq, e uint64
 		depth  uint32
 		tiers  uint32
 	}
-	s.mu.Lock()
-	ents := make([]entry, 0, s.engine.len())
-	for _, es := range s.engine.entries(nil) {
-		e, seq := es.e, es.seq
-		sh := &ix.shards[shardOf(seq)]
-		sh.mu.RLock()
-		if pos, w, ok := sh.holds(seq, s.id, e); ok {
-			ents = append(ents, entry{seq, e, sh.tab[pos].depth(), w & tierMask})
-		}
-		sh.mu.RUnlock()
-	}
-	s.mu.Unlock()
+	var ents []entry
+	ix.eachHeld(src, func(seq, e uint64, depth, tiers uint32) {
+		ents = append(ents, entry{seq, e, depth, tiers})
+	})
 	slices.SortFunc(ents, func(a, b entry) int {
 		if c := cmp.Compare(a.depth, b.depth); c != 0 {
 			return c
@@ -70,9 +58,21 @@ func (ix *Index) Dump(src Source) []Op {
 // tiers counts on each), without listing or sorting them: a router recounts
 // every source on a ticker, and Dump spent most of that building ops.
 func (ix *Index) Held(src Source) (n [NumTiers]int) {
+	ix.eachHeld(src, func(_, _ uint64, _, tiers uint32) {
+		for m := tiers; m != 0; m &= m - 1 {
+			n[bits.TrailingZeros32(m)]++
+		}
+	})
+	return n
+}
+
+// eachHeld calls f for every block src holds, with its depth and tier
+// mask, holding src's lock throughout (its table does not change under f)
+// and not the block's shard lock.
+func (ix *Index) eachHeld(src Source, f func(seq, e uint64, depth, tiers uint32)) {
 	s := ix.reg.lookup(src)
 	if s == nil {
-		return n
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,13 +82,14 @@ func (ix *Index) Held(src Source) (n [NumTiers]int) {
 		}
 		sh := &ix.shards[shardOf(es.seq)]
 		sh.mu.RLock()
-		_, w, ok := sh.holds(es.seq, s.id, es.e)
+		pos, w, ok := sh.holds(es.seq, s.id, es.e)
+		var depth uint32
+		if ok {
+			depth = sh.tab[pos].depth()
+		}
 		sh.mu.RUnlock()
 		if ok {
-			for m := w & tierMask; m != 0; m &= m - 1 {
-				n[bits.TrailingZeros32(m)]++
-			}
+			f(es.seq, es.e, depth, w&tierMask)
 		}
 	}
-	return n
 }
