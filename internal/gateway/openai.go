@@ -279,6 +279,19 @@ func plainTokenIDsAt(dst []uint32, b []byte, i int) (out []uint32, end int, ok b
 			out = append(out, eightDigits(w<<(64-8*n)))
 			i += n + 1
 		}
+		// The same for ", ", as Python's json.dumps writes: the space is
+		// checked apart from the chain from one id's length to the next
+		// load, so the loop above keeps its pace.
+		for i+8 <= len(b) && b[i] == ' ' {
+			w := binary.LittleEndian.Uint64(b[i:]) >> 8
+			x := w ^ 0x2C2C2C2C2C2C2C2C
+			n := bits.TrailingZeros64((x-0x0101010101010101)&^x&0x8080808080808080) >> 3
+			if n == 0 || n == 8 || digitRun(w) != n || (n > 1 && byte(w) == '0') {
+				break
+			}
+			out = append(out, eightDigits(w<<(64-8*n)))
+			i += n + 2
+		}
 		// Anything else a byte at a time: whitespace, the last id, an id
 		// of eight or more digits, or what is not an id at all.
 		if i = rawjson.SkipSpace(b, i); i >= len(b) {

@@ -206,10 +206,21 @@ func TestFlatten(t *testing.T) {
 // TestTokenIDsFastPath: the one-pass reader of plain ids agrees with the
 // decoder on every list, ids and errors alike.
 func TestTokenIDsFastPath(t *testing.T) {
-	for _, raw := range []string{
+	cases := []string{
 		`[]`, `[ ]`, `[0]`, `[1,2,3]`, `[1 ,2]`, "[1,\n2, 3]", `[1,0,2]`, `[4294967295,1]`, `[9999999999]`, `[12345678901]`, " [ 1 ,\n2\t, 3 ] ", `[4294967295]`, `[4294967296]`, `[99999999999999999999999]`,
 		`[1.0]`, `[1e2]`, `[1E2]`, `[-0]`, `[-1]`, `[1,2.5]`, `[1,"a"]`, `["a"]`, `[[1]]`, `[1,[2]]`, `[null]`, `[true]`, `{}`, `"x"`,
-	} {
+	}
+	// Long lists, which the word-at-a-time loops read: every id length,
+	// as Go and Python separate them and otherwise.
+	ids := []string{"0", "7", "10", "305", "4096", "65535", "100000", "1234567", "12345678", "123456789", "4294967295", "0", "4294967296", "5"}
+	for _, sep := range []string{",", ", ", " ,", ",  ", ",\n", ", -1, ", ", 1.5, ", `, "a", `} {
+		for skip := range ids {
+			list := "[" + strings.Join(ids[skip:], sep) + sep + strings.Join(ids[:skip], ", ") + "]"
+			list = strings.Replace(list, sep+"]", "]", 1)
+			cases = append(cases, list, list+"}")
+		}
+	}
+	for _, raw := range cases {
 		want, wantErr := decodeTokenIDs(json.RawMessage(raw), "prompt")
 		got, err := tokenIDs(json.RawMessage(raw), "prompt")
 		if fmt.Sprint(got, err) != fmt.Sprint(want, wantErr) || (got == nil) != (want == nil) {
@@ -243,7 +254,7 @@ func TestDigitRun(t *testing.T) {
 // FuzzTokenIDs: the one-pass reader of plain ids agrees with the decoder on
 // any list it accepts, and leaves to it whatever it does not.
 func FuzzTokenIDs(f *testing.F) {
-	for _, s := range []string{`[1,2,3]`, `[1234567,12345678,123456789,4294967295]`, "[0 ,\n7]", `[4294967296]`, `[1.5,2]`, `[01]`} {
+	for _, s := range []string{`[1,2,3]`, `[1, 22, 333, 4444, 55555, 666666, 7777777, 88888888, 0, 10]`, `[1234567,12345678,123456789,4294967295]`, "[0 ,\n7]", `[4294967296]`, `[1.5,2]`, `[01]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
@@ -259,21 +270,26 @@ func FuzzTokenIDs(f *testing.F) {
 }
 
 // BenchmarkTokenIDs reads a 1,536-token prompt of ids (`kvrouter bench
-// router`'s default).
+// router`'s default), separated as Go's encoding/json and Python's
+// json.dumps write them.
 func BenchmarkTokenIDs(b *testing.B) {
-	raw := []byte("[")
-	for i := range 1536 {
-		if i > 0 {
-			raw = append(raw, ',')
+	for _, sep := range []string{",", ", "} {
+		raw := []byte("[")
+		for i := range 1536 {
+			if i > 0 {
+				raw = append(raw, sep...)
+			}
+			raw = strconv.AppendUint(raw, uint64(1000+i*7919%100_000), 10)
 		}
-		raw = strconv.AppendUint(raw, uint64(1000+i*7919%100_000), 10)
-	}
-	raw = append(raw, ']')
-	b.SetBytes(int64(len(raw)))
-	for b.Loop() {
-		if _, err := tokenIDs(raw, "prompt"); err != nil {
-			b.Fatal(err)
-		}
+		raw = append(raw, ']')
+		b.Run(fmt.Sprintf("sep=%q", sep), func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, err := tokenIDs(raw, "prompt"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
