@@ -30,14 +30,14 @@ func (c *Claim) Release() {
 	}
 	c.r.mu.Lock()
 	c.r.pool.Unpin(c.slot)
-	c.r.unlock()
+	c.r.unlockQuiet()
 }
 
 // Read claims key's block, or returns ErrNotFound.
 func (r *Runner) Read(key uint64) (*Claim, error) {
 	r.mu.Lock()
 	slot, ok := r.pool.Pin(key)
-	r.unlock()
+	r.unlockQuiet()
 	if !ok {
 		return nil, fmt.Errorf("read %#x: %w", key, ErrNotFound)
 	}
@@ -47,7 +47,7 @@ func (r *Runner) Read(key uint64) (*Claim, error) {
 // acquire pins key's block for a peer server without allocating a Claim.
 func (r *Runner) acquire(key uint64) (slot int, sum uint64, sumKnown, ok bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlockQuiet() // pins can take the pool below its watermark
 	slot, ok = r.pool.Pin(key)
 	if !ok {
 		return -1, 0, false, false
@@ -63,5 +63,5 @@ func (r *Runner) releaseSlot(slot int, sum uint64, computed bool) {
 		r.pool.SetSum(slot, sum)
 	}
 	r.pool.Unpin(slot)
-	r.unlock()
+	r.unlockQuiet()
 }

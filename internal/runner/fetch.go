@@ -48,13 +48,16 @@ type FetchResult struct {
 
 // Fetch pulls the keys of requestID's hint that are not held locally from
 // the hinted peer, and reports which of keys are local afterwards. Keys
-// another transfer is pulling or writing are waited for, not pulled twice. Fetch
-// returns by the operation deadline (Config.OperationTimeout, or ctx's if
-// earlier) with what has been committed by then; anything arriving later is
-// dropped, never committed. The error explains missing keys when the
-// transfer failed (a wrapped ErrProtocol, ErrChecksum, ErrAuth,
-// context.DeadlineExceeded, a network error...); the result is valid
-// either way.
+// another transfer is pulling or writing are waited for, not pulled twice;
+// those it fails to bring are then asked of this request's own peer. The
+// keys held locally, and those committed for this Fetch, stay pinned until
+// it returns, so that making room for a pulled block never evicts another
+// block of the same request. Fetch returns by the operation deadline
+// (Config.OperationTimeout, or ctx's if earlier) with what has been
+// committed by then; anything arriving later is dropped, never committed.
+// The error explains missing keys when the transfer failed (a wrapped
+// ErrProtocol, ErrChecksum, ErrAuth, context.DeadlineExceeded, a network
+// error...); the result is valid either way.
 func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (FetchResult, error) {
 	start := time.Now()
 	opCtx, cancel := context.WithTimeout(ctx, r.cfg.OperationTimeout)
@@ -75,8 +78,64 @@ func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (Fe
 	case r.cfg.Transport == nil:
 		err = ErrNoTransport
 	}
-	var op *fetchOp
-	var waits []chan struct{}
+	var pins []int
+	for _, k := range keys {
+		if slot, ok := r.pool.Pin(k); ok {
+			pins = append(pins, slot)
+		}
+	}
+	op, waits := r.planLocked(keys, h)
+	r.mu.Unlock()
+
+	var ops []*fetchOp
+	for round := 0; ; round++ {
+		if op != nil {
+			ops = append(ops, op)
+			if e := r.await(opCtx, op, start); err == nil {
+				err = e
+			}
+		}
+		for _, ch := range waits {
+			select {
+			case <-ch:
+			case <-opCtx.Done():
+				if err == nil {
+					err = fmt.Errorf("waiting for blocks another transfer is writing: %w", opCtx.Err())
+				}
+			}
+			if opCtx.Err() != nil {
+				break
+			}
+		}
+		// Another transfer this Fetch waited for may have failed for keys
+		// this request's peer holds: ask it for them, once.
+		if round > 0 || len(waits) == 0 || h == nil || opCtx.Err() != nil {
+			break
+		}
+		r.mu.Lock()
+		if op != nil {
+			r.giveUpLocked(op.keys, h) // its own peer was asked already
+		}
+		op, waits = r.planLocked(keys, h)
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	res := r.result(keys, h)
+	r.fetchMisses += uint64(len(res.Missing))
+	for _, slot := range pins {
+		r.pool.Unpin(slot)
+	}
+	for _, op := range ops {
+		op.unpinLocked()
+	}
+	r.unlock()
+	return res, err
+}
+
+// planLocked starts no transfer but prepares one: it claims for a new op
+// the keys of h that are neither local, nor being written or pulled, nor
+// given up, and returns what to wait for among the others.
+func (r *Runner) planLocked(keys []uint64, h *hintState) (op *fetchOp, waits []chan struct{}) {
 	for _, k := range keys {
 		switch r.pool.Peek(k) {
 		case Present:
@@ -112,45 +171,41 @@ func (r *Runner) Fetch(ctx context.Context, requestID string, keys []uint64) (Fe
 		r.transfers++
 		r.wg.Add(1)
 	}
-	r.mu.Unlock()
+	return op, waits
+}
 
-	if op != nil {
-		go op.run(opCtx)
-		select {
-		case <-op.done:
+// await runs op and waits for it until ctx is done; past that the op is
+// expired (it commits nothing more) and left to stop on its own.
+func (r *Runner) await(ctx context.Context, op *fetchOp, start time.Time) error {
+	go op.run(ctx)
+	var err error
+	select {
+	case <-op.done:
+		err = op.err
+	case <-ctx.Done():
+		err = ctx.Err()
+		r.mu.Lock()
+		if op.finished {
 			err = op.err
-		case <-opCtx.Done():
-			err = opCtx.Err()
-			r.mu.Lock()
-			if op.finished {
-				err = op.err
-			} else {
-				op.expired = true
-				op.abandon = time.AfterFunc(r.cfg.AbandonTimeout-time.Since(start), op.abandoned)
-			}
-			r.mu.Unlock()
+		} else {
+			op.expired = true
+			op.abandon = time.AfterFunc(r.cfg.AbandonTimeout-time.Since(start), op.abandoned)
 		}
-		if err != nil {
-			err = fmt.Errorf("fetch %d blocks from %s: %w", len(op.keys), op.source, err)
+		r.mu.Unlock()
+	}
+	if err != nil {
+		err = fmt.Errorf("fetch %d blocks from %s: %w", len(op.keys), op.source, err)
+	}
+	return err
+}
+
+// giveUpLocked marks the keys of h that are not local given up.
+func (r *Runner) giveUpLocked(keys []uint64, h *hintState) {
+	for _, k := range keys {
+		if _, ok := h.keys[k]; ok && r.pool.Peek(k) != Present {
+			h.keys[k] = true
 		}
 	}
-	for _, ch := range waits {
-		select {
-		case <-ch:
-		case <-opCtx.Done():
-			if err == nil {
-				err = fmt.Errorf("waiting for blocks another transfer is writing: %w", opCtx.Err())
-			}
-		}
-		if opCtx.Err() != nil {
-			break
-		}
-	}
-	r.mu.Lock()
-	res := r.result(keys, h)
-	r.fetchMisses += uint64(len(res.Missing))
-	r.mu.Unlock()
-	return res, err
 }
 
 // result classifies keys by what the pool holds now and, for the missing
@@ -187,10 +242,20 @@ type fetchOp struct {
 
 	// Guarded by r.mu.
 	slots    map[uint64]int
-	expired  bool // the Fetch has returned: commit nothing more
+	pins     []int // committed slots pinned for the Fetch, which unpins them
+	expired  bool  // the Fetch has returned: commit nothing more
 	finished bool
 	err      error
 	abandon  *time.Timer
+}
+
+// unpinLocked drops the pins of the blocks op committed, which kept them
+// for its Fetch.
+func (op *fetchOp) unpinLocked() {
+	for _, slot := range op.pins {
+		op.r.pool.Unpin(slot)
+	}
+	op.pins = nil
 }
 
 func (op *fetchOp) run(ctx context.Context) {
@@ -277,7 +342,8 @@ func (op *fetchOp) Commit(key uint64, sum uint64) {
 		// Too late: the caller was told this key is missing.
 		r.pool.Abort(s)
 	} else {
-		r.pool.Commit(s, sum, true, false)
+		r.pool.Commit(s, sum, true, true)
+		op.pins = append(op.pins, s)
 		r.fetched++
 		r.queueKeyLocked(key, false)
 	}

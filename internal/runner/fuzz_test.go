@@ -104,6 +104,9 @@ func FuzzReadAnswers(f *testing.F) {
 		var hdr [headerLen + blockHeadLen]byte
 		_, err = readAnswers(bytes.NewReader(data), &hdr, keys, testBlock, op)
 		op.finish(err)
+		r.mu.Lock()
+		op.unpinLocked() // as its Fetch would
+		r.mu.Unlock()
 		st := r.Stats()
 		if st.Pinned != 0 || st.Pending != 0 || st.Free+st.Used != st.Slots || len(r.inflight) != 0 {
 			t.Fatalf("slots leaked: %+v", st)

@@ -179,7 +179,15 @@ func (r *Runner) BlockBytes() int { return r.pool.BlockBytes() }
 
 // unlock releases r.mu, then delivers queued inventory and signals a
 // crossing of the low watermark, so neither callback runs under the lock.
-func (r *Runner) unlock() {
+func (r *Runner) unlock() { r.unlockAnd(true) }
+
+// unlockQuiet is unlock for paths that queue no inventory (reads, pins and
+// their release): they leave delivery to the goroutines that queued it.
+// They must not wait for emitMu: a sink may call Read or Release, and the
+// goroutine delivering to it holds emitMu already.
+func (r *Runner) unlockQuiet() { r.unlockAnd(false) }
+
+func (r *Runner) unlockAnd(deliver bool) {
 	low := r.pool.Low()
 	rising := low && !r.low
 	r.low = low
@@ -187,7 +195,7 @@ func (r *Runner) unlock() {
 	if rising {
 		st = r.pool.Stats()
 	}
-	emit := len(r.queue) > 0
+	emit := deliver && len(r.queue) > 0
 	r.mu.Unlock()
 	if emit {
 		r.flush()

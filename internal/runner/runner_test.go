@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"kvrouter/internal/kvevents"
 )
@@ -300,5 +301,60 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)
 		}
+	}
+}
+
+// TestSinkMayRead: a sink may Read and Release (Sink's contract) while
+// other goroutines queue inventory; it once waited for the delivery lock its
+// own goroutine held.
+func TestSinkMayRead(t *testing.T) {
+	var r *Runner
+	sink := SinkFunc(func(ev Inventory) {
+		if ev.Removed {
+			return
+		}
+		time.Sleep(time.Millisecond) // lets the other depositor queue meanwhile
+		if c, err := r.Read(ev.Keys[0]); err == nil {
+			c.Release()
+		}
+	})
+	r = newTestRunner(t, Config{Capacity: 64, Sink: sink})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for g := 0; g < 2; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 50; i++ {
+					k := uint64(g*1000 + i)
+					r.Deposit(k, block(k), DepositOptions{})
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("deadlock: a sink calling Read (allowed by the Sink contract) hung the runner")
+	}
+}
+
+// TestServerPinsSignalLow: pins a peer server takes count towards the low
+// watermark like any other.
+func TestServerPinsSignalLow(t *testing.T) {
+	var signals int
+	r := newTestRunner(t, Config{Capacity: 2, LowWatermark: 1, OnCapacityNeeded: func(PoolStats) { signals++ }})
+	r.Deposit(1, block(1), DepositOptions{})
+	r.Deposit(2, block(2), DepositOptions{})
+	s1, _, _, _ := r.acquire(1)
+	s2, _, _, _ := r.acquire(2)
+	low := r.Stats().Low
+	r.releaseSlot(s1, 0, false)
+	r.releaseSlot(s2, 0, false)
+	if !low || signals != 1 {
+		t.Fatalf("two of two slots pinned by the server, watermark 1: Low %v, OnCapacityNeeded called %d times; want true, once", low, signals)
 	}
 }
