@@ -98,13 +98,22 @@ func OpFromEvent(ev kvevents.Event) (Op, error) {
 			return Op{}, fmt.Errorf("%w: %d token_ids for %d block_hashes of block_size %d",
 				ErrInvalidOp, len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize)
 		}
+		local := kvhash.LocalHashes(ev.TokenIDs, ev.BlockSize, kvhash.SeedFor(ev.LoRAName, ev.CacheSalt))
+		for i, x := range ev.BlockExtra {
+			// The engine hashed more than tokens into this block (an
+			// image, prompt embeddings): no request the router hashes
+			// from tokens may match it, nor anything under it.
+			if x != 0 && i < len(local) {
+				local[i] = kvhash.SequenceHash(local[i], x)
+			}
+		}
 		return Op{
 			Kind:      OpStore,
 			Tier:      ev.Tier,
 			Hashes:    ev.BlockHashes,
 			Parent:    ev.ParentHash,
 			HasParent: ev.HasParent,
-			Local:     kvhash.LocalHashes(ev.TokenIDs, ev.BlockSize, kvhash.SeedFor(ev.LoRAName, ev.CacheSalt)),
+			Local:     local,
 			BlockSize: ev.BlockSize,
 		}, nil
 	case kvevents.KindRemoved:

@@ -104,3 +104,30 @@ func TestCacheSaltIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockExtraIsolation: a block vLLM hashed with more than its tokens
+// (an image) matches no request hashed from tokens, and neither does what
+// is stored under it; the blocks before it still match.
+func TestBlockExtraIsolation(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	for _, c := range []struct {
+		extra []uint64
+		want  int32
+	}{{nil, 3}, {[]uint64{0, 0, 0}, 3}, {[]uint64{0, 7, 0}, 1}, {[]uint64{7, 0, 0}, 0}} {
+		ix, _ := New(Config{BlockSize: 4})
+		op, err := OpFromEvent(kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{1, 2, 3}, TokenIDs: tokens, BlockSize: 4, BlockExtra: c.extra})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ix.Apply(w0, op); err != nil {
+			t.Fatal(err)
+		}
+		var depth int32
+		if got := ix.Match(kvhash.LocalHashes(tokens, 4, kvhash.SeedFor("", "")), MatchOptions{}); len(got) > 0 {
+			depth = got[0].Depth
+		}
+		if depth != c.want {
+			t.Errorf("extra keys %v: depth %d, want %d", c.extra, depth, c.want)
+		}
+	}
+}

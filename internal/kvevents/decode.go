@@ -75,7 +75,10 @@ type tally struct {
 //     declaration order. In a BlockStored array, a map at position 7 is
 //     SGLang's {"cache_salt": ...} element, anything else vLLM's lora_name.
 //   - Unknown event types and unknown keys or positions are skipped and
-//     counted; extra_keys and kv_cache_spec_sliding_window are not kept.
+//     counted; kv_cache_spec_sliding_window is not kept.
+//   - vLLM's extra_keys: a root block's lone key besides the LoRA name is
+//     the cache salt; other keys make the block's identity one no request
+//     reproduces (Event.BlockExtra).
 //   - Medium nil means device. An unknown medium drops its event (counted):
 //     guessing a tier would put blocks where they are not.
 //   - Ownership absent or nil means worker-owned, "kvcr" runner-owned; any
@@ -167,6 +170,7 @@ type scratch struct {
 	r      reader
 	hashes []uint64
 	tokens []uint32
+	extra  []uint64 // BlockExtra digests, by span
 	strs   []byte
 	events []Event // the batch's own; not reused
 	spans  []span
@@ -176,8 +180,8 @@ type scratch struct {
 
 // span locates an event's slices in the scratch arrays.
 type span struct {
-	hashes, tokens [2]int
-	strs           [numStrSlots][2]int
+	hashes, tokens, extra [2]int
+	strs                  [numStrSlots][2]int
 }
 
 // String fields copied through the arena, by slot.
@@ -208,6 +212,7 @@ func (s *scratch) reset() {
 	s.r = reader{}
 	s.hashes = s.hashes[:0]
 	s.tokens = s.tokens[:0]
+	s.extra = s.extra[:0]
 	s.strs = s.strs[:0]
 	s.events = nil
 	s.spans = s.spans[:0]
@@ -367,6 +372,11 @@ func (s *scratch) finish(b *Batch) {
 		tokens = make([]uint32, len(s.tokens))
 		copy(tokens, s.tokens)
 	}
+	var extra []uint64
+	if len(s.extra) > 0 {
+		extra = make([]uint64, len(s.extra))
+		copy(extra, s.extra)
+	}
 	arena := string(s.strs)
 	for i := range events {
 		ev, sp := &events[i], &s.spans[i]
@@ -375,6 +385,9 @@ func (s *scratch) finish(b *Batch) {
 		}
 		if t := sp.tokens; t[1] > t[0] {
 			ev.TokenIDs = tokens[t[0]:t[1]:t[1]]
+		}
+		if x := sp.extra; x[1] > x[0] {
+			ev.BlockExtra = extra[x[0]:x[1]:x[1]]
 		}
 		for slot, r := range sp.strs {
 			if r[1] > r[0] {

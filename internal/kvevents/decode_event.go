@@ -3,17 +3,21 @@ package kvevents
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/zeebo/xxh3"
 )
 
 // eventState is what an event's fields leave behind for finishEvent.
 type eventState struct {
-	idx       int
-	seen      fieldSet
-	medium    []byte // view into the payload; nil when absent or nil
-	badOwner  bool
-	hashStart int // scratch lengths at the start, to roll back a dropped event
-	tokStart  int
-	strStart  int
+	idx        int
+	seen       fieldSet
+	medium     []byte // view into the payload; nil when absent or nil
+	badOwner   bool
+	hashStart  int // scratch lengths at the start, to roll back a dropped event
+	tokStart   int
+	strStart   int
+	extra      [2]int // extra_keys' bytes in the payload, read once the event is whole
+	extraStart int
 }
 
 // fieldError locates a failure inside an event. It is made only on
@@ -88,7 +92,7 @@ func (s *scratch) event(idx int) error {
 	s.events = append(s.events, Event{Kind: kind})
 	s.spans = append(s.spans, span{})
 	ev, sp := &s.events[len(s.events)-1], &s.spans[len(s.spans)-1]
-	st := eventState{idx: idx, hashStart: len(s.hashes), tokStart: len(s.tokens), strStart: len(s.strs)}
+	st := eventState{idx: idx, hashStart: len(s.hashes), tokStart: len(s.tokens), strStart: len(s.strs), extraStart: len(s.extra)}
 	if isMap {
 		err = s.mapFields(n, kindFields(kind), ev, sp, &st)
 	} else {
@@ -259,10 +263,130 @@ func (s *scratch) field(f field, ev *Event, sp *span, st *eventState) error {
 		if n, err = s.r.mapLen(); err == nil {
 			return s.mapFields(n, sglangExtra, ev, sp, st)
 		}
-	default: // extra_keys, sliding window: accepted, not kept
+	case fExtraKeys:
+		// Read in finishEvent: what they mean depends on lora_name and
+		// parent_block_hash, which may come later.
+		start := s.r.pos
+		err = s.r.skip()
+		st.extra = [2]int{start, s.r.pos}
+	default: // sliding window: accepted, not kept
 		err = s.r.skip()
 	}
 	return fail(f, -1, err)
+}
+
+// extraKeys reads a vLLM store's extra_keys: per block nil or the keys
+// vLLM hashed with the block's tokens, the LoRA name first when there is
+// one. A root block's lone other key is the request's cache salt (vLLM adds
+// it to the first block only); any other key (a multimodal input's hash,
+// prompt embeddings) is digested into BlockExtra, so that no request the
+// router hashes from tokens matches the block.
+func (s *scratch) extraKeys(ev *Event, sp *span, st *eventState) error {
+	r := reader{b: s.r.b[:st.extra[1]], pos: st.extra[0]}
+	if r.nil() {
+		return nil
+	}
+	n, err := r.arrayLen()
+	if err != nil {
+		return fail(fExtraKeys, -1, err)
+	}
+	lora := s.textOf(slotLoRAName, ev, sp)
+	blocks := sp.hashes[1] - sp.hashes[0]
+	start := len(s.extra)
+	for i := range n {
+		var digest uint64
+		if i == 0 && !ev.HasParent {
+			var salt []byte
+			if salt, digest, err = s.blockExtra(&r, lora, true); err == nil && salt != nil && ev.CacheSalt == "" && sp.strs[slotCacheSalt] == [2]int{} {
+				at := len(s.strs)
+				s.strs = append(s.strs, salt...)
+				sp.strs[slotCacheSalt] = [2]int{at, len(s.strs)}
+			}
+		} else {
+			_, digest, err = s.blockExtra(&r, lora, false)
+		}
+		if err != nil {
+			return fail(fExtraKeys, i, err)
+		}
+		if i < blocks && digest != 0 {
+			for len(s.extra)-start < i {
+				s.extra = append(s.extra, 0)
+			}
+			s.extra = append(s.extra, digest)
+		}
+	}
+	if len(s.extra) > start {
+		for len(s.extra)-start < blocks {
+			s.extra = append(s.extra, 0)
+		}
+		sp.extra = [2]int{start, len(s.extra)}
+	}
+	return nil
+}
+
+// blockExtra reads one block's extra keys: with saltOK, a lone string key
+// other than the LoRA name is returned as the salt; otherwise the keys
+// other than the LoRA name are digested (0 when there are none).
+func (s *scratch) blockExtra(r *reader, lora []byte, saltOK bool) (salt []byte, digest uint64, err error) {
+	if r.nil() {
+		return nil, 0, nil
+	}
+	c, err := r.peek()
+	if err != nil {
+		return nil, 0, err
+	}
+	if !isArray(c) { // not vLLM's tuple: the whole value is one key
+		start := r.pos
+		if err := r.skip(); err != nil {
+			return nil, 0, err
+		}
+		return nil, xxh3.Hash(r.b[start:r.pos]) | 1, nil
+	}
+	m, err := r.arrayLen()
+	if err != nil {
+		return nil, 0, err
+	}
+	h := xxh3.New()
+	keys := 0
+	for range m {
+		start := r.pos
+		if c, _ := r.peek(); isStr(c) {
+			v, err := r.str()
+			if err != nil {
+				return nil, 0, err
+			}
+			if lora != nil && string(v) == string(lora) {
+				continue
+			}
+			salt = v
+		} else {
+			salt = nil
+			if err := r.skip(); err != nil {
+				return nil, 0, err
+			}
+			keys++ // a non-string key is never a salt
+		}
+		keys++
+		h.Write(r.b[start:r.pos])
+	}
+	switch {
+	case keys == 0:
+		return nil, 0, nil
+	case keys == 1 && saltOK && salt != nil && len(salt) > 0:
+		return salt, 0, nil
+	}
+	return nil, h.Sum64() | 1, nil
+}
+
+// textOf is a string field's bytes as decoded so far, nil when unset.
+func (s *scratch) textOf(slot int, ev *Event, sp *span) []byte {
+	if r := sp.strs[slot]; r[1] > r[0] {
+		return s.strs[r[0]:r[1]]
+	}
+	if v := *ev.strSlot(slot); v != "" {
+		return []byte(v)
+	}
+	return nil
 }
 
 func (s *scratch) hashList(sp *span) error {
@@ -366,6 +490,11 @@ func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) error {
 			return fail(fTokenIDs, -1, fmt.Errorf("%w: %d token ids for %d %s of %s %d",
 				ErrMalformed, tokens, hashes, keyBlockHashes, keyBlockSize, ev.BlockSize))
 		}
+		if st.extra[1] > st.extra[0] {
+			if err := s.extraKeys(ev, sp, st); err != nil {
+				return err
+			}
+		}
 	}
 	if st.medium != nil {
 		name, tier, ok := mediumTier(st.medium)
@@ -398,6 +527,7 @@ func (s *scratch) drop(st *eventState, reason, value string) {
 	s.hashes = s.hashes[:st.hashStart]
 	s.tokens = s.tokens[:st.tokStart]
 	s.strs = s.strs[:st.strStart]
+	s.extra = s.extra[:st.extraStart]
 	if s.logger != nil {
 		s.logger.Debug("kv event dropped", "event", st.idx, "reason", reason, "value", value)
 	}

@@ -1,6 +1,8 @@
 package kvevents
 
 import (
+	"github.com/zeebo/xxh3"
+
 	"bytes"
 	"errors"
 	"reflect"
@@ -139,7 +141,43 @@ func TestDecode(t *testing.T) {
 				e.LoRAID, e.HasLoRAID, e.LoRAName = 3, true, "adapter"
 				e.GroupIdx, e.SpecKind, e.Locality = 1, "sliding_window", "REMOTE"
 				e.Ownership, e.SessionID = OwnedByRunner, "sess-1"
+				e.BlockExtra = []uint64{xxh3.Hash(cat([]mp{str("mm"), uv(0)})) | 1}
 			})),
+		},
+		{
+			name:    "vLLM salt: a root block's lone extra key",
+			payload: batch(vllmStored(kv(keyExtraKeys, arr(arr(str("tenant-a")))))),
+			want:    wantBatch(wantStored(func(e *Event) { e.CacheSalt = "tenant-a" })),
+		},
+		{
+			name:    "vLLM salt after the LoRA name, which every block repeats",
+			payload: batch(vllmStored(kv(keyLoRAName, str("l")), kv(keyExtraKeys, arr(arr(str("l"), str("tenant-a")))))),
+			want:    wantBatch(wantStored(func(e *Event) { e.LoRAName, e.CacheSalt = "l", "tenant-a" })),
+		},
+		{
+			name:    "vLLM extra keys of a LoRA block alone",
+			payload: batch(vllmStored(kv(keyExtraKeys, arr(arr(str("l")))), kv(keyLoRAName, str("l")))),
+			want:    wantBatch(wantStored(func(e *Event) { e.LoRAName = "l" })),
+		},
+		{
+			name:    "vLLM extra key of a block under a parent: not a salt",
+			payload: batch(vllmStored(kv(keyParent, u64(5)), kv(keyExtraKeys, arr(arr(str("img-1")))))),
+			want: wantBatch(wantStored(func(e *Event) {
+				e.ParentHash, e.HasParent = 5, true
+				e.BlockExtra = []uint64{xxh3.Hash(str("img-1")) | 1}
+			})),
+		},
+		{
+			name:    "vLLM salt next to a multimodal key: both digested",
+			payload: batch(vllmStored(kv(keyExtraKeys, arr(arr(str("img-1"), str("tenant-a")))))),
+			want: wantBatch(wantStored(func(e *Event) {
+				e.BlockExtra = []uint64{xxh3.Hash(cat([]mp{str("img-1"), str("tenant-a")})) | 1}
+			})),
+		},
+		{
+			name:    "vLLM extra keys all nil",
+			payload: batch(vllmStored(kv(keyExtraKeys, arr(null)))),
+			want:    wantBatch(wantStored(nil)),
 		},
 		{
 			name: "SGLang map fields",

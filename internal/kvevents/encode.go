@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ErrUnencodable: the batch holds something the chosen wire form cannot
@@ -148,9 +149,14 @@ func (e *Encoder) appendEvent(b []byte, ev *Event) ([]byte, error) {
 		case ev.LoRAName != "" && e.Format == SGLangArray:
 			return b, unencodable(keyLoRAName, "only "+SGLangMap.String()+" carries it")
 		}
-	} else if ev.CacheSalt != "" && ev.Kind == KindStored {
-		// vLLM mixes the salt into its block hashes and does not publish it.
-		return b, unencodable(keyCacheSalt, "vLLM forms do not carry it")
+	} else if ev.Kind == KindStored {
+		switch {
+		case ev.CacheSalt != "" && (ev.HasParent || len(ev.BlockHashes) == 0):
+			// vLLM puts the salt in a prefix's first block's extra keys only.
+			return b, unencodable(keyCacheSalt, "vLLM forms carry it on a root store only")
+		case slices.ContainsFunc(ev.BlockExtra, func(x uint64) bool { return x != 0 }):
+			return b, unencodable(keyExtraKeys, "a digest does not say which keys it came from")
+		}
 	}
 	switch ev.Kind {
 	case KindStored:
@@ -259,12 +265,19 @@ func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error)
 	default:
 		key(keyLoRAName)
 		b = appendNilStr(b, ev.LoRAName)
-		// vLLM sends one extra-keys entry per block; the router does not
-		// keep them, so nil stands for each.
+		// vLLM sends one extra-keys entry per block: nil, or for a root
+		// block of a salted request the salt (after the LoRA name).
 		key(keyExtraKeys)
 		b = appendArrayLen(b, len(ev.BlockHashes))
-		for range ev.BlockHashes {
-			b = append(b, 0xc0)
+		for i := range ev.BlockHashes {
+			switch {
+			case i == 0 && ev.CacheSalt != "" && ev.LoRAName != "":
+				b = appendStr(appendStr(appendArrayLen(b, 2), ev.LoRAName), ev.CacheSalt)
+			case i == 0 && ev.CacheSalt != "":
+				b = appendStr(appendArrayLen(b, 1), ev.CacheSalt)
+			default:
+				b = append(b, 0xc0)
+			}
 		}
 		key(keyGroupIdx)
 		b = appendInt(b, int64(ev.GroupIdx))

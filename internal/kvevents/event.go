@@ -82,8 +82,15 @@ type Event struct {
 	LoRAID     int64
 	HasLoRAID  bool
 	LoRAName   string
-	CacheSalt  string
-	SessionID  string
+	// CacheSalt is SGLang's cache_salt, or vLLM's: vLLM puts a request's
+	// salt in its first block's extra_keys, so only a root store names it.
+	CacheSalt string
+	SessionID string
+	// BlockExtra, when set, has one entry per block: 0 for a block whose
+	// engine identity is its tokens (with the LoRA name and salt above),
+	// else a digest of the extra keys vLLM mixed into it (multimodal
+	// inputs, prompt embeddings), which no request's tokens reproduce.
+	BlockExtra []uint64
 	// Placeholder marks CPU-offload events without token ids (token_ids=[]
 	// or block_size=0): they cannot be indexed by tokens.
 	Placeholder bool

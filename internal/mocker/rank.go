@@ -202,8 +202,11 @@ func (r *rank) gpuEvents(evs []kvevents.Event) []kvevents.Event {
 		}
 		ev.Medium = mediumGPU
 		if r.cfg.Flavor == VLLM {
-			// vLLM mixes the salt into the hashes and does not publish it.
-			ev.CacheSalt = ""
+			// vLLM publishes a salt only in a prefix's first block's
+			// extra keys.
+			if ev.HasParent {
+				ev.CacheSalt = ""
+			}
 			ev.SpecKind = specKindFull
 		}
 	}
