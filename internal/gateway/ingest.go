@@ -32,6 +32,12 @@ type ingest struct {
 	dec  kvevents.Decoder
 
 	once sync.Map // warnings logged once per reason
+
+	// groups maps a hybrid model's KV group (group_idx) to its spec kind,
+	// learnt from stores: vLLM's removals name the group only, and a
+	// sliding-window group's removal of a hash the full-attention group
+	// shares must not remove the block.
+	groups sync.Map // int → string
 }
 
 // handle applies one item. rank is the DP rank the stream belongs to, or
@@ -95,8 +101,11 @@ func (in *ingest) clear(rank int) {
 func (in *ingest) batch(payload []byte, rank int) {
 	b, err := in.dec.Decode(payload)
 	if err != nil {
+		// Its removals are lost with it: the ranks it may concern start
+		// over, as after a loss.
 		in.m.eventDropped.WithLabelValues("malformed").Inc()
-		in.warnOnce("malformed", "events: dropping a batch that does not decode", "err", err)
+		in.warnOnce("malformed", "events: a batch does not decode; clearing what the router knew of the worker's ranks it may concern", "err", err)
+		in.clear(rank)
 		return
 	}
 	if b.TS > 0 {
@@ -117,7 +126,15 @@ func (in *ingest) batch(payload []byte, rank int) {
 		return
 	}
 	for _, ev := range b.Events {
-		if ev.SpecKind != "" && ev.SpecKind != fullAttention {
+		kind := ev.SpecKind
+		if ev.Kind == kvevents.KindStored && kind != "" {
+			in.groups.Store(ev.GroupIdx, kind)
+		} else if kind == "" && ev.Kind == kvevents.KindRemoved {
+			if k, ok := in.groups.Load(ev.GroupIdx); ok {
+				kind = k.(string)
+			}
+		}
+		if kind != "" && kind != fullAttention {
 			in.m.eventDropped.WithLabelValues("kv_group").Inc()
 			continue
 		}
