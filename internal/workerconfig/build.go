@@ -34,12 +34,55 @@ type Options struct {
 
 // eventsConfig is a parsed kv_events_config with events enabled.
 type eventsConfig struct {
-	option    string
-	endpoint  zmqEndpoint
-	raw       string
-	replay    zmqEndpoint
-	hasReplay bool
-	topic     string
+	option   string
+	endpoint zmqEndpoint
+	raw      string
+	binds    bool
+	replay   *sideSocket
+	snapshot *sideSocket
+	topic    string
+}
+
+// sideSocket is a ROUTER the engine binds beside its PUB (replay_endpoint,
+// SGLang's snapshot_endpoint). The engine offsets it by DP rank like the
+// PUB, so each rank's copy takes a port of its own.
+type sideSocket struct {
+	option   string
+	raw      string
+	endpoint zmqEndpoint
+}
+
+// parseSideSocket reads one side socket; nil when unset. A socket may not
+// share its text with an earlier one: for ipc:// the port book cannot see
+// the clash, and the engine's second bind would fail.
+func parseSideSocket(o object, key string, earlier ...*sideSocket) (*sideSocket, error) {
+	s, ok, err := o.str(key)
+	if err != nil || !ok || s == "" {
+		return nil, err
+	}
+	side := &sideSocket{option: o.name(key), raw: s}
+	if side.endpoint, err = parseZMQ(s, side.option); err != nil {
+		return nil, err
+	}
+	if side.endpoint.scheme == schemeInproc {
+		return nil, configErr(ErrUnsupportedOption, side.option, "inproc:// is reachable only inside the engine process; use tcp:// or ipc://")
+	}
+	for _, e := range earlier {
+		if e != nil && e.raw == s {
+			return nil, configErr(ErrInvalidPort, side.option, "must differ from %s (%s)", e.option, s)
+		}
+	}
+	return side, nil
+}
+
+// at is the socket of one DP rank, booked so a clash with any other port of
+// the worker names both options.
+func (s *sideSocket) at(off, rank int, ports portBook) (zmqEndpoint, error) {
+	e, err := s.endpoint.offset(off, s.option)
+	if err != nil {
+		return e, err
+	}
+	return e, ports.add(e, fmt.Sprintf("%s of DP rank %d", s.option, rank))
 }
 
 var sglangEventKeys = map[string]bool{
@@ -108,23 +151,23 @@ func parseEvents(parent object, engine Engine) (*eventsConfig, error) {
 		return nil, configErr(ErrUnsupportedOption, ev.option,
 			"inproc:// is reachable only inside the engine process and the state agent subscribes from its own; use tcp:// or ipc://")
 	}
-	if s, ok, err := o.str(EventsReplayEndpoint); err != nil {
+	ev.binds = publisherBinds(engine, ev.raw)
+	if err := connectTarget(ev, engine); err != nil {
 		return nil, err
-	} else if ok && s != "" {
-		if ev.replay, err = parseZMQ(s, o.name(EventsReplayEndpoint)); err != nil {
+	}
+	pub := &sideSocket{option: ev.option, raw: ev.raw}
+	if ev.replay, err = parseSideSocket(o, EventsReplayEndpoint, pub); err != nil {
+		return nil, err
+	}
+	if engine == EngineSGLang {
+		if ev.snapshot, err = parseSideSocket(o, EventsSnapshot, pub, ev.replay); err != nil {
 			return nil, err
 		}
-		if ev.replay.scheme == schemeInproc {
-			return nil, configErr(ErrUnsupportedOption, o.name(EventsReplayEndpoint), "inproc:// is reachable only inside the engine process; use tcp:// or ipc://")
-		}
-		if s == ev.raw {
-			return nil, configErr(ErrInvalidPort, o.name(EventsReplayEndpoint), "must differ from %s (%s)", ev.option, s)
-		}
-		ev.hasReplay = true
-	}
-	if s, ok, err := o.str(EventsSnapshot); err != nil {
+	} else if s, ok, err := o.str(EventsSnapshot); err != nil {
 		return nil, err
 	} else if ok && s != "" {
+		// Not a vLLM key: vLLM binds nothing there, so there is nothing to
+		// clash, but a malformed value is still worth reporting.
 		if _, err := parseZMQ(s, o.name(EventsSnapshot)); err != nil {
 			return nil, err
 		}
@@ -148,7 +191,7 @@ func buildEvents(d *Descriptor, ev *eventsConfig, dialHost string, offsetByGloba
 		if err != nil {
 			return err
 		}
-		e := EventEndpoint{DPRank: rank, Endpoint: pub.String(), PublisherBinds: publisherBinds(ev.raw), Topic: ev.topic}
+		e := EventEndpoint{DPRank: rank, Endpoint: pub.String(), PublisherBinds: ev.binds, Topic: ev.topic}
 		e.Dial = pub.String()
 		if e.PublisherBinds {
 			e.Dial = pub.dialable(dialHost).String()
@@ -156,13 +199,17 @@ func buildEvents(d *Descriptor, ev *eventsConfig, dialHost string, offsetByGloba
 				return err
 			}
 		}
-		if ev.hasReplay {
-			rep, err := ev.replay.offset(off, ev.option)
+		if ev.replay != nil {
+			rep, err := ev.replay.at(off, rank, ports)
 			if err != nil {
 				return err
 			}
 			e.ReplayEndpoint, e.ReplayDial = rep.String(), rep.dialable(dialHost).String()
-			if err := ports.add(rep, fmt.Sprintf("replay endpoint of DP rank %d", rank)); err != nil {
+		}
+		if ev.snapshot != nil {
+			// The agent does not use snapshots yet, but the engine binds the
+			// socket all the same, so its ports must not clash.
+			if _, err := ev.snapshot.at(off, rank, ports); err != nil {
 				return err
 			}
 		}

@@ -72,4 +72,14 @@
 // one with Options.AdvertiseHost, else the runner's advertised host, else
 // the engine's host argument, else 127.0.0.1 (the agent runs beside its
 // engine). inproc:// endpoints are refused: the agent is another process.
+// Whether the PUB binds follows each engine's own rule: newer SGLang binds
+// tcp://0.0.0.0, vLLM connects to it, which is refused since it names no
+// host. The replay and (SGLang) snapshot ROUTERs are offset per rank too,
+// and every bound port of a worker must be its own.
+//
+// # Extra config files
+//
+// SGLang reads an "@path" extra config as JSON, TOML or YAML by extension.
+// The agent reads only JSON and refuses the others by name rather than
+// misread them.
 package workerconfig

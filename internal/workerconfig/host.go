@@ -243,11 +243,36 @@ func (e zmqEndpoint) offset(rank int, option string) (zmqEndpoint, error) {
 	return e, nil
 }
 
-// publisherBinds is the engines' own rule for a PUB socket (SPEC 2.1),
-// applied to the text as written.
-func publisherBinds(s string) bool {
-	return strings.Contains(s, "*") || strings.Contains(s, "::") || strings.Contains(s, "0.0.0.0") ||
+// publisherBinds is the engine's own rule for its PUB socket, applied to the
+// text as written, as the engine does. Newer SGLang added 0.0.0.0 to the
+// wildcards; vLLM's ZmqEventPublisher did not and connects to it.
+func publisherBinds(engine Engine, s string) bool {
+	return strings.Contains(s, "*") || strings.Contains(s, "::") ||
+		(engine == EngineSGLang && strings.Contains(s, "0.0.0.0")) ||
 		strings.HasPrefix(s, schemeIPC) || strings.HasPrefix(s, schemeInproc)
+}
+
+// connectTarget refuses a PUB that would connect to the unspecified
+// address. It names no host (some kernels route it to loopback, others
+// refuse it), so the operator surely meant the engine to bind, as newer
+// SGLang does for 0.0.0.0; taken as written, the events would never reach an
+// agent elsewhere, and nothing would say so. It catches vLLM's tcp://0.0.0.0
+// and, on either engine, an IPv6 unspecified address written without "::".
+func connectTarget(ev *eventsConfig, engine Engine) error {
+	if ev.binds || ev.endpoint.scheme != schemeTCP {
+		return nil
+	}
+	addr, err := netip.ParseAddr(ev.endpoint.host)
+	if err != nil || !addr.IsUnspecified() {
+		return nil
+	}
+	name, wildcards := "vLLM", "*, ::"
+	if engine == EngineSGLang {
+		name, wildcards = "SGLang", "*, ::, 0.0.0.0"
+	}
+	return configErr(ErrUndialableHost, ev.option,
+		"%q makes %s connect, not bind (it binds only for %s, ipc:// and inproc://), and the unspecified address names no host to connect to; use tcp://*:%d to have %s bind, or a concrete host address for the agent to listen on",
+		ev.raw, name, wildcards, ev.endpoint.port, name)
 }
 
 // dialable replaces a wildcard or unspecified bind host by the host a

@@ -159,14 +159,42 @@ func TestZMQEndpoints(t *testing.T) {
 			t.Errorf("%s rank %d: %v", tt.in, tt.rank, err)
 			continue
 		}
-		if got := publisherBinds(tt.in); got != tt.binds {
-			t.Errorf("publisherBinds(%s) = %v, want %v", tt.in, got, tt.binds)
+		if got := publisherBinds(EngineSGLang, tt.in); got != tt.binds {
+			t.Errorf("publisherBinds(sglang, %s) = %v, want %v", tt.in, got, tt.binds)
 		}
 		if got := e.String(); got != tt.offset {
 			t.Errorf("%s rank %d: %s, want %s", tt.in, tt.rank, got, tt.offset)
 		}
 		if got := e.dialable("10.0.0.7").String(); got != tt.dialable {
 			t.Errorf("%s rank %d dialable: %s, want %s", tt.in, tt.rank, got, tt.dialable)
+		}
+	}
+}
+
+// The engines disagree on 0.0.0.0: newer SGLang binds it, vLLM connects to
+// it. Both match the text as written, so "0.0.0.0" inside another address
+// counts too.
+func TestPublisherBindsByEngine(t *testing.T) {
+	tests := []struct {
+		in           string
+		sglang, vllm bool
+	}{
+		{in: "tcp://*:5557", sglang: true, vllm: true},
+		{in: "tcp://[::]:5557", sglang: true, vllm: true},
+		{in: "tcp://[fd00::9]:5557", sglang: true, vllm: true},
+		{in: "tcp://0.0.0.0:5557", sglang: true, vllm: false},
+		{in: "tcp://10.0.0.0:5557", sglang: true, vllm: false},
+		{in: "tcp://10.0.0.9:5557", sglang: false, vllm: false},
+		{in: "tcp://[0:0:0:0:0:0:0:0]:5557", sglang: false, vllm: false},
+		{in: "ipc:///tmp/kv", sglang: true, vllm: true},
+		{in: "inproc://kv", sglang: true, vllm: true},
+	}
+	for _, tt := range tests {
+		if got := publisherBinds(EngineSGLang, tt.in); got != tt.sglang {
+			t.Errorf("publisherBinds(sglang, %s) = %v, want %v", tt.in, got, tt.sglang)
+		}
+		if got := publisherBinds(EngineVLLM, tt.in); got != tt.vllm {
+			t.Errorf("publisherBinds(vllm, %s) = %v, want %v", tt.in, got, tt.vllm)
 		}
 	}
 }

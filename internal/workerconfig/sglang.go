@@ -251,18 +251,37 @@ func sglangRunnerMode(o object) (RunnerMode, error) {
 }
 
 // extraConfig reads hicache_storage_backend_extra_config: a mapping, JSON
-// text, or "@path" to a file of JSON.
+// text, or "@path" to a file of JSON. SGLang takes a file only when the text
+// starts with "@" (no trimming) and picks the parser by extension; the agent
+// has only a JSON parser, so it refuses the others rather than misread them.
 func extraConfig(o object, opt Options) (object, error) {
 	name := o.name(SGLangExtraConfig)
 	text, isText := o.m[SGLangExtraConfig].(string)
-	if !isText || !strings.HasPrefix(strings.TrimSpace(text), "@") {
+	if isText && !strings.HasPrefix(text, "@") && strings.HasPrefix(strings.TrimSpace(text), "@") {
+		return object{}, configErr(nil, name,
+			"%q has whitespace before @: SGLang reads a file only when the value starts with @, and parses anything else as JSON text, which fails; remove the whitespace", text)
+	}
+	if !isText || !strings.HasPrefix(text, "@") {
 		x, ok, err := o.nested(SGLangExtraConfig)
 		if !ok && err == nil {
 			x = object{path: name, m: map[string]any{}}
 		}
 		return x, err
 	}
-	path := strings.TrimSpace(text)[1:]
+	path := text[1:]
+	switch ext := strings.ToLower(pathExt(path)); ext {
+	case ".json":
+	case ".yaml", ".yml", ".toml":
+		format := "YAML"
+		if ext == ".toml" {
+			format = "TOML"
+		}
+		return object{}, configErr(ErrUnsupportedOption, name,
+			"refers to %q, a %s file SGLang reads, but the agent reads only JSON extra configs; pass the same settings as a .json file or as inline JSON", path, format)
+	default:
+		return object{}, configErr(ErrUnsupportedOption, name,
+			"unsupported config file %q (extension %q): SGLang reads .json, .toml, .yaml or .yml, and the agent only .json", path, ext)
+	}
 	if opt.ReadFile == nil {
 		return object{}, configErr(nil, name, "refers to file %q but reading files is not enabled here", path)
 	}
@@ -271,6 +290,18 @@ func extraConfig(o object, opt Options) (object, error) {
 		return object{}, &ConfigError{Option: name, Msg: fmt.Sprintf("cannot read %q: %v", path, err), Err: err}
 	}
 	return decodeObject(data, name)
+}
+
+// pathExt is Python's os.path.splitext(p)[1], which SGLang uses: unlike
+// filepath.Ext, leading dots of the base name start no extension, so
+// "/etc/kvcr/.json" has none.
+func pathExt(p string) string {
+	base := p[strings.LastIndexByte(p, '/')+1:]
+	i := strings.LastIndexByte(base, '.')
+	if i < 0 || strings.Trim(base[:i], ".") == "" {
+		return ""
+	}
+	return base[i:]
 }
 
 // hostOption is the option naming the advertised host in a mode.
