@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,9 +32,10 @@ var ErrSnapshot = errors.New("relay: snapshot failed")
 
 // Follower keeps a Sink in step with one agent: it takes a snapshot, then
 // applies live messages strictly in cursor order, and resyncs from a new
-// snapshot whenever it sees a gap, a new epoch, or a rejected op. While it
-// is not in step every source it knows is marked not ready, so no hint
-// names a source the router is unsure of.
+// snapshot whenever it sees a gap (a cursor skipped, or a heartbeat naming
+// a cursor it never got), a new epoch, a rejected op, or live messages it
+// had to drop. While it is not in step every source it knows is marked not
+// ready, so no hint names a source the router is unsure of.
 type Follower struct {
 	NC     *nats.Conn
 	Prefix string
@@ -40,6 +43,10 @@ type Follower struct {
 	Log    *slog.Logger
 	// SnapshotTimeout bounds one snapshot exchange (default 5s).
 	SnapshotTimeout time.Duration
+	// MaxBacklog bounds the bytes of live messages held while the sink is
+	// busy or a snapshot is under way (default DefaultMaxBacklog). Beyond
+	// it they are dropped and the follower resyncs.
+	MaxBacklog int
 	// Resynced, if set, is called after each successful snapshot, with the
 	// reason it was taken; for metrics.
 	Resynced func(reason string)
@@ -50,6 +57,9 @@ type Follower struct {
 	sources map[index.Source]bool
 }
 
+// DefaultMaxBacklog is Follower.MaxBacklog's default.
+const DefaultMaxBacklog = 64 << 20
+
 // Run follows until ctx ends. It returns ctx's error, or an error when the
 // NATS subscription cannot be made.
 func (f *Follower) Run(ctx context.Context) error {
@@ -59,16 +69,21 @@ func (f *Follower) Run(ctx context.Context) error {
 	if f.SnapshotTimeout <= 0 {
 		f.SnapshotTimeout = 5 * time.Second
 	}
+	if f.MaxBacklog <= 0 {
+		f.MaxBacklog = DefaultMaxBacklog
+	}
 	f.sources = map[index.Source]bool{}
-	live := make(chan *nats.Msg, 4096)
-	sub, err := f.NC.ChanSubscribe(AllSources(f.Prefix), live)
+	// One subscription for the sources and the heartbeat keeps the two in
+	// the agent's order; the agent's other subjects are not the stream.
+	sources, heartbeat := f.Prefix+"."+subjectSources+".", CursorSubject(f.Prefix)
+	live := newBacklog(f.MaxBacklog)
+	sub, err := f.subscribe(f.Prefix+".>", live, func(subject string) bool {
+		return subject == heartbeat || strings.HasPrefix(subject, sources)
+	})
 	if err != nil {
-		return fmt.Errorf("relay: subscribe %s: %w", AllSources(f.Prefix), err)
+		return err
 	}
 	defer sub.Unsubscribe()
-	// Unlimited pending: dropping a live message would only force a resync,
-	// but a bounded channel already applies back-pressure.
-	sub.SetPendingLimits(-1, -1)
 
 	reason := "start"
 	backoff := 100 * time.Millisecond
@@ -92,13 +107,42 @@ func (f *Follower) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case nm := <-live:
-			if r := f.live(nm.Data); r != "" {
+		case <-live.ready:
+		}
+		msgs, overflowed := live.take()
+		if overflowed {
+			f.Log.Warn("relay: live messages dropped while the router was busy; resyncing", "prefix", f.Prefix, "max_backlog", f.MaxBacklog)
+			reason = "overflow"
+			f.unsync()
+			continue
+		}
+		for _, data := range msgs {
+			if r := f.live(data); r != "" {
 				reason = r
 				f.unsync()
+				break
 			}
 		}
 	}
+}
+
+// subscribe delivers the messages of subject that keep admits to b. The
+// callback never blocks, so the client's own queue stays short; its limits
+// are lifted so that it never drops a message behind the backlog's back.
+func (f *Follower) subscribe(subject string, b *backlog, keep func(subject string) bool) (*nats.Subscription, error) {
+	sub, err := f.NC.Subscribe(subject, func(m *nats.Msg) {
+		if keep == nil || keep(m.Subject) {
+			b.push(m.Data)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: subscribe %s: %w", subject, err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("relay: lift the pending limits of %s: %w", subject, err)
+	}
+	return sub, nil
 }
 
 // live applies one live message; it returns a resync reason when the
@@ -112,6 +156,11 @@ func (f *Follower) live(data []byte) string {
 	switch {
 	case m.Epoch != f.epoch:
 		return "epoch"
+	case m.Kind == KindEnd:
+		if m.Cursor > f.cursor {
+			return "gap" // the heartbeat names messages that never came
+		}
+		return ""
 	case m.Cursor <= f.cursor:
 		return "" // already in the snapshot
 	case m.Cursor != f.cursor+1:
@@ -151,17 +200,21 @@ func (f *Follower) unsync() {
 }
 
 // resync takes a snapshot and replaces the sink's view of every source with
-// it; live messages that arrive meanwhile wait in the subscription channel
-// and are applied afterwards if they are newer.
-func (f *Follower) resync(ctx context.Context, live chan *nats.Msg, reason string) error {
+// it. Live messages that arrived before the request are all covered by the
+// snapshot (the agent sent them before it answered), so they are dropped,
+// with any overflow they caused; those that arrive meanwhile wait in the
+// backlog and are applied afterwards if they are newer.
+func (f *Follower) resync(ctx context.Context, live *backlog, reason string) error {
 	inbox := f.NC.NewRespInbox()
-	replies := make(chan *nats.Msg, 1024)
-	sub, err := f.NC.ChanSubscribe(inbox, replies)
+	// A snapshot is held whole before it is installed, so bounding its
+	// frames in flight would save nothing.
+	replies := newBacklog(0)
+	sub, err := f.subscribe(inbox, replies, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
 	defer sub.Unsubscribe()
-	sub.SetPendingLimits(-1, -1)
+	live.take()
 	if err := f.NC.PublishRequest(SnapshotSubject(f.Prefix), inbox, nil); err != nil {
 		return fmt.Errorf("%w: request: %v", ErrSnapshot, err)
 	}
@@ -174,8 +227,11 @@ func (f *Follower) resync(ctx context.Context, live chan *nats.Msg, reason strin
 			return ctx.Err()
 		case <-timer.C:
 			return fmt.Errorf("%w: no complete answer from the agent on %s within %v", ErrSnapshot, SnapshotSubject(f.Prefix), f.SnapshotTimeout)
-		case nm := <-replies:
-			m, err := Decode(nm.Data)
+		case <-replies.ready:
+		}
+		msgs, _ := replies.take()
+		for _, data := range msgs {
+			m, err := Decode(data)
 			if err != nil {
 				return fmt.Errorf("%w: %v", ErrSnapshot, err)
 			}
@@ -189,7 +245,6 @@ func (f *Follower) resync(ctx context.Context, live chan *nats.Msg, reason strin
 		}
 	}
 }
-
 func (f *Follower) install(frames []Message, reason string) error {
 	end := frames[len(frames)-1]
 	seen := map[index.Source]bool{}
@@ -214,4 +269,49 @@ func (f *Follower) install(frames []Message, reason string) error {
 	}
 	f.Log.Debug("relay: in step", "prefix", f.Prefix, "epoch", f.epoch, "cursor", f.cursor, "reason", reason)
 	return nil
+}
+
+// backlog holds the messages a subscription delivered that the follower
+// has not taken yet. It is bounded in bytes (0: unbounded); a message that
+// does not fit drops the whole backlog and marks it overflowed until the
+// next take, since the follower resyncs and needs none of it.
+type backlog struct {
+	max   int
+	ready chan struct{} // signalled when there is something to take
+
+	mu         sync.Mutex
+	msgs       [][]byte
+	size       int
+	overflowed bool
+}
+
+func newBacklog(max int) *backlog {
+	return &backlog{max: max, ready: make(chan struct{}, 1)}
+}
+
+func (b *backlog) push(data []byte) {
+	b.mu.Lock()
+	switch {
+	case b.overflowed:
+	case b.max > 0 && b.size+len(data) > b.max:
+		b.msgs, b.size, b.overflowed = nil, 0, true
+	default:
+		b.msgs = append(b.msgs, data)
+		b.size += len(data)
+	}
+	b.mu.Unlock()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the backlog: its messages in arrival order, or none and
+// true when some were dropped since the last take.
+func (b *backlog) take() ([][]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	msgs, overflowed := b.msgs, b.overflowed
+	b.msgs, b.size, b.overflowed = nil, 0, false
+	return msgs, overflowed
 }

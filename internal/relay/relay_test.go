@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"kvrouter/internal/bus"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
@@ -64,8 +66,15 @@ type agent struct {
 }
 
 func newAgent(t *testing.T, b *bus.Bus, prefix string) *agent {
+	return newAgentOn(t, b.Conn, prefix, 0)
+}
+
+// newAgentOn starts an agent on nc whose heartbeat beats every heartbeat
+// (0: the default).
+func newAgentOn(t *testing.T, nc *nats.Conn, prefix string, heartbeat time.Duration) *agent {
 	ix, _ := index.New(index.Config{BlockSize: 4})
-	a := &agent{ix: ix, pub: NewPublisher(b.Conn, prefix, nil), rdy: map[index.Source]bool{}}
+	a := &agent{ix: ix, pub: NewPublisher(nc, prefix, nil), rdy: map[index.Source]bool{}}
+	a.pub.Heartbeat = heartbeat
 	if err := a.pub.ServeSnapshots(func() []State {
 		var out []State
 		for _, s := range a.ix.Sources() {
@@ -90,6 +99,24 @@ func (a *agent) store(t *testing.T, src index.Source, tokens []uint32, hashes []
 
 func (a *agent) setReady(t *testing.T, src index.Source) {
 	if err := a.pub.Commit(src, KindReady, nil, func() error { a.rdy[src] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (a *agent) reset(t *testing.T, src index.Source) {
+	t.Helper()
+	if err := a.pub.Commit(src, KindReset, nil, func() error { a.ix.RemoveSource(src); a.rdy[src] = false; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lose applies op as a commit whose message never reaches anyone.
+func (a *agent) lose(t *testing.T, src index.Source, op index.Op) {
+	t.Helper()
+	a.pub.mu.Lock()
+	defer a.pub.mu.Unlock()
+	a.pub.cursor++
+	if err := a.ix.Apply(src, op); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -146,20 +173,14 @@ func TestFollowerInitialInventoryGapAndEpoch(t *testing.T) {
 
 	// A message lost on the wire: the agent's state moves on, the cursor
 	// skips. The follower must notice at the next message and resync.
-	a.pub.mu.Lock()
-	a.pub.cursor++
-	a.pub.mu.Unlock()
-	lost := index.Op{Kind: index.OpStore, Tier: kvevents.TierDevice, Hashes: []uint64{103}, Parent: 102, HasParent: true,
-		Local: local[2:3], BlockSize: 4}
-	if err := a.ix.Apply(src, lost); err != nil {
-		t.Fatal(err)
-	}
+	a.lose(t, src, index.Op{Kind: index.OpStore, Tier: kvevents.TierDevice, Hashes: []uint64{103}, Parent: 102, HasParent: true,
+		Local: local[2:3], BlockSize: 4})
 	a.setReady(t, src)
 	eventually(t, "resync after gap", func() bool { return depth(sink.ix, local, src) == 3 })
 
 	// The agent restarts: a new epoch with an empty inventory.
-	a2 := newAgent(t, b, prefix)
 	a.pub.Close()
+	a2 := newAgent(t, b, prefix)
 	a2.store(t, src, tokens[:4], []uint64{201}, 0, false)
 	eventually(t, "resync after restart", func() bool { return depth(sink.ix, local, src) == 1 })
 	if sink.isReady(src) {

@@ -10,6 +10,11 @@
 // or cache owner) has its own subject below the agent's prefix so that a
 // consumer can follow one owner alone; ordering still holds because NATS
 // keeps one publisher's messages in order for each subscriber.
+//
+// A message that does not fit the server's max_payload is cut into several,
+// each with its own cursor. Every second or so the agent announces the
+// cursor it has reached, so that a consumer that lost the stream's last
+// messages notices without waiting for a next one.
 package relay
 
 import (
@@ -28,9 +33,10 @@ import (
 const (
 	subjectSources  = "src"      // <prefix>.src.w.<rank> | <prefix>.src.o.<owner>
 	subjectSnapshot = "snapshot" // request/reply
+	subjectCursor   = "cursor"   // heartbeat: KindEnd with the cursor reached
 	// MaxChunkOps bounds how many ops one snapshot chunk carries; with
-	// index.DumpChunk blocks per op a chunk stays far below NATS's 1 MiB
-	// default payload limit.
+	// index.DumpChunk blocks per op a chunk stays below NATS's 1 MiB
+	// default payload limit, and a server with a lower one gets it cut.
 	MaxChunkOps = 8
 )
 
@@ -49,7 +55,9 @@ const (
 	KindReady
 	// KindGone says the source no longer exists (a worker left for good).
 	KindGone
-	// KindEnd closes a snapshot; it names no source.
+	// KindEnd closes a snapshot; it names no source. Live, on the cursor
+	// subject, it is the agent's heartbeat: its cursor is the last one the
+	// agent sent, and it takes no cursor of its own.
 	KindEnd
 )
 
@@ -145,6 +153,12 @@ func AllSources(prefix string) string { return prefix + "." + subjectSources + "
 
 // SnapshotSubject is where an agent answers snapshot requests.
 func SnapshotSubject(prefix string) string { return prefix + "." + subjectSnapshot }
+
+// CursorSubject is where an agent's heartbeat goes. It lies outside
+// AllSources so that a consumer built before heartbeats existed never sees
+// one: it would take a heartbeat one past its cursor for the message it
+// lost.
+func CursorSubject(prefix string) string { return prefix + "." + subjectCursor }
 
 // Prefix builds an agent's subject prefix from a worker id, mapping
 // characters NATS subjects cannot carry.
