@@ -142,6 +142,9 @@ func (c *Core) Handle(dp int, item kvstream.Item) {
 		// A new process starts with an empty cache: from its seq 0 on we
 		// see its whole history.
 		r.complete = it.NewSeq == 0
+		// The new process's messages carry its own SGLang epoch: that is
+		// the restart just handled, not another one.
+		r.epoch = ""
 		c.sync(r)
 	case kvstream.Reconnected:
 		// A seq that moves forward after a reconnect does not prove the
@@ -151,6 +154,7 @@ func (c *Core) Handle(dp int, item kvstream.Item) {
 		c.log.Info("agent: event stream reconnected, rebuilding the rank's inventory", "dp_rank", dp)
 		c.reset(r, ResetReconnected)
 		r.waiting = true
+		r.epoch = "" // whatever epoch comes next is the one we start over from
 		c.sync(r)
 	}
 }
@@ -284,8 +288,9 @@ func (c *Core) reset(r *rank, reason string) {
 }
 
 // commit runs change and publishes its message. A publish failure after
-// the change was applied needs no repair here: consumers see the cursor
-// skip and resync from a snapshot.
+// the change was applied needs no repair here: the plane still spends the
+// message's cursor and announces it (relay.Publisher.Commit), so consumers
+// see that they miss it and resync from a snapshot.
 func (c *Core) commit(src index.Source, kind relay.Kind, ops []index.Op, change func() error) error {
 	applied := false
 	err := c.plane.Commit(src, kind, ops, func() error {

@@ -1,10 +1,18 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+	"reflect"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
+	"kvrouter/internal/relay"
 	"kvrouter/internal/workerconfig"
 )
 
@@ -252,5 +260,113 @@ func TestHybridGroups(t *testing.T) {
 	h.expect("", "w0=A@0", "o0 w0")
 	if st := h.core.Stats(); st.Dropped[DropOtherGroup] != 1 || st.Dropped[DropUnknownParent] != 1 || st.Resets[ResetSilentGap] != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A restarted SGLang publisher names a new epoch in its topics: the
+// restart already rebuilt the rank, and the new process is seen from seq
+// 0, so its history stays complete.
+func TestEpochAfterRestartIsTheRestart(t *testing.T) {
+	h := newHarness(t, sglang, "sglang_linker_tp1")
+	topic := func(epoch int) string { return fmt.Sprintf("%s\x00sgl-kv-epoch=%d", h.topic, epoch) }
+	h.feed(0, h.msg(0, topic(1), h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	h.feed(0, kvstream.Restart{Key: "k", OldSeq: 0, NewSeq: 0})
+	h.expect("reset:w0 ready:w0", "w0=", "o0 w0")
+	h.seq[0] = 0
+	h.feed(0, h.msg(0, topic(2), h.ev("store", false, "X")))
+	h.expect("ops:w0", "w0=X@0", "o0 w0")
+	// Complete: a store under a parent the new process never stored is a
+	// gap the seq did not show.
+	h.feed(0, h.msg(0, topic(2), h.ev("store", false, "C")))
+	h.expect("reset:w0 ready:w0", "w0=", "o0 w0")
+
+	// After a reconnect the rank starts over; the epoch it then sees is
+	// where it starts from, not a second rebuild.
+	h.feed(0, kvstream.Reconnected{Endpoint: "tcp://127.0.0.1:5557"})
+	h.expect("reset:w0 reset:o0", "w0=", "")
+	h.feed(0, h.msg(0, topic(3), h.ev("store", false, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	st := h.core.Stats()
+	if st.Resets[ResetRestart] != 1 || st.Resets[ResetSilentGap] != 1 || st.Resets[ResetReconnected] != 1 || st.Resets[ResetEpoch] != 0 {
+		t.Fatalf("resets %v", st.Resets)
+	}
+}
+
+// One engine batch can carry more than a NATS message may (a 64K-token
+// prompt at SGLang's page size 1): against a server with NATS's default
+// max_payload, a router still gets all of it, and nothing fails.
+func TestLargeBatchReachesRouters(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(waitLimit) {
+		t.Fatal("nats server did not start")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	d, err := workerconfig.Build(sglang, engineConfig(t, "sglang_linker_tp1", func(cfg, _, _ map[string]any) { cfg["page_size"] = 1 }),
+		workerconfig.Options{AllowLoopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := relay.NewPublisher(nc, relay.Prefix("w"), quiet())
+	core, err := NewCore("w", d, pub, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.ServeSnapshots(core.States); err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	ix, _ := index.New(index.Config{BlockSize: d.KVBlockSize})
+	s := &sink{ix: ix, ready: map[index.Source]bool{}}
+	f := &relay.Follower{NC: nc, Prefix: relay.Prefix("w"), Sink: s, Log: quiet()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	var enc kvevents.Encoder
+	enc.Format = kvevents.SGLangMap
+	seq := uint64(0)
+	send := func(first, n int) {
+		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierDevice, BlockSize: 1}
+		for i := range n {
+			ev.BlockHashes = append(ev.BlockHashes, 1<<63|uint64(first+i))
+			ev.TokenIDs = append(ev.TokenIDs, uint32(first+i))
+		}
+		p, err := enc.Encode(kvevents.Batch{TS: 1, HasDPRank: true, Events: []kvevents.Event{ev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		core.Handle(0, kvstream.Message{Key: "k", Topic: d.Events[0].Topic, Seq: seq, Payload: p})
+		seq++
+	}
+	w := index.WorkerRank("w", 0)
+	send(0, 1)
+	eventually(t, "the router in step", func() bool { r, _ := s.isReady(w); return r })
+	send(1, 64<<10)
+	eventually(t, "the router to hold the batch", func() bool {
+		s.mu.Lock()
+		n := s.ix.Len()
+		s.mu.Unlock()
+		return n == core.Index().Len()
+	})
+	s.mu.Lock()
+	same := reflect.DeepEqual(s.ix.Dump(w), core.Index().Dump(w))
+	s.mu.Unlock()
+	if r, _ := s.isReady(w); !r || !same {
+		t.Fatalf("router ready %v, holds what the agent holds %v", r, same)
+	}
+	if st := core.Stats(); st.PublishErrors != 0 {
+		t.Fatalf("%d publish errors", st.PublishErrors)
 	}
 }
