@@ -26,19 +26,16 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 	for _, ev := range d.Events {
 		cfg := kvstream.Config{
 			Endpoint: ev.Dial, Bind: !ev.PublisherBinds, Topic: ev.Topic,
+			// Each DP rank's engine has an endpoint of its own, and its
+			// topics (the runner shard topics of a TP > 1 SGLang engine
+			// too) share its one seq counter and its one replay buffer.
+			OnePublisher:   true,
+			ReplayEndpoint: ev.ReplayDial,
 			// The engine's buffered history is the agent's initial
 			// inventory, and it recovers what ZMQ dropped before the
 			// subscription was connected.
 			CatchUp: true,
 			Backoff: a.cfg.Backoff, Logger: a.log.With("dp_rank", ev.DPRank),
-		}
-		if ev.ReplayDial != "" {
-			if cfg.Bind {
-				replay := ev.ReplayDial
-				cfg.ReplayFor = func(string) string { return replay }
-			} else {
-				cfg.ReplayEndpoint = ev.ReplayDial
-			}
 		}
 		sub, err := kvstream.NewSubscriber(cfg)
 		if err != nil {

@@ -8,8 +8,11 @@ type Item interface{ isItem() }
 // Message is one batch as the publisher sent it.
 type Message struct {
 	// Key names the publisher: the topic (without SGLang's epoch suffix) in
-	// bind mode, the endpoint in connect mode.
-	Key     string
+	// bind mode, the endpoint in connect mode and with OnePublisher.
+	Key string
+	// Topic is the live topic frame. Replay frames carry no topic: a
+	// replayed batch gets the topic of the live message that opened its
+	// gap, which with OnePublisher may be another of the publisher's topics.
 	Topic   string
 	Seq     uint64
 	Payload []byte
@@ -46,8 +49,11 @@ type Restart struct {
 }
 
 // Reconnected reports that a connect-mode Subscriber lost its publisher and
-// dialed it again. Batches published meanwhile show up as a Gap (or, if the
-// publisher restarted, a Restart) on the next Message.
+// dialed it again, or that the publisher of a OnePublisher bind-mode
+// Subscriber lost its connection and a new one delivers. Batches published
+// meanwhile show up as a Gap (or, if the publisher restarted, a Restart) on
+// the next Message; but a restarted publisher may also look like the same
+// one: the consumer should not trust state from before.
 type Reconnected struct {
 	Endpoint string
 }

@@ -304,6 +304,7 @@ func TestNewSubscriberConfig(t *testing.T) {
 		{"connect to wildcard", Config{Endpoint: "tcp://*:5557"}, false},
 		{"unknown scheme", Config{Endpoint: "udp://h:5557"}, false},
 		{"bind with one replay endpoint", Config{Endpoint: "tcp://*:5557", Bind: true, ReplayEndpoint: "tcp://h:5558"}, false},
+		{"bind one publisher with its replay endpoint", Config{Endpoint: "tcp://*:5557", Bind: true, OnePublisher: true, ReplayEndpoint: "tcp://h:5558"}, true},
 		{"wildcard replay endpoint", Config{Endpoint: "tcp://h:5557", ReplayEndpoint: "tcp://*:5558"}, false},
 	}
 	for _, tc := range tests {

@@ -22,14 +22,25 @@ type Config struct {
 	Endpoint string
 	// Bind selects bind mode (the llm-d convention, topic
 	// kv@<host>:<port>@<model>): several publishers connect to one socket
-	// and are told apart by topic.
+	// and are told apart by topic, unless OnePublisher.
 	Bind bool
+	// OnePublisher says that in bind mode exactly one publisher dials the
+	// socket (the state agent's socket per engine rank). All its topics
+	// share its one seq counter (with TP > 1 kvrouter's SGLang engines add
+	// runner shard topics), so keying by topic would see each topic's
+	// batches as the other's gaps and replay them out of order: the stream
+	// is tracked under one key, Endpoint, as in connect mode. And since the
+	// socket's connections are all that publisher's, one that ends and is
+	// followed by another is reported Reconnected. Connect mode always has
+	// one publisher.
+	OnePublisher bool
 	// Topic is the SUB prefix filter; "" takes every topic. A publisher
 	// stamps one seq counter across all its topics, so filtering away some
 	// of a connect-mode publisher's topics shows up as gaps.
 	Topic string
 	// ReplayEndpoint is the publisher's replay ROUTER, dialable; "" disables
-	// gap recovery. Connect mode only: in bind mode use ReplayFor.
+	// gap recovery. Connect mode or OnePublisher only: otherwise in bind
+	// mode use ReplayFor.
 	ReplayEndpoint string
 	// ReplayFor maps a key to its publisher's replay endpoint ("" for none).
 	// It takes precedence over ReplayEndpoint.
@@ -81,7 +92,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 			return nil, fmt.Errorf("%w: Endpoint in connect mode must be dialable: %w", ErrConfig, err)
 		}
 	}
-	if cfg.Bind && cfg.ReplayEndpoint != "" && cfg.ReplayFor == nil {
+	if cfg.Bind && !cfg.OnePublisher && cfg.ReplayEndpoint != "" && cfg.ReplayFor == nil {
 		return nil, fmt.Errorf("%w: ReplayEndpoint: in bind mode several publishers share the socket; set ReplayFor to map each key to its replay endpoint", ErrConfig)
 	}
 	if cfg.ReplayEndpoint != "" {
@@ -120,7 +131,10 @@ func (s *Subscriber) Stats() Stats {
 //
 // In connect mode a failed dial, or a receive error (the publisher went
 // away), is retried with Backoff; after a lost connection comes back,
-// Reconnected is sent. A publisher that vanishes without closing its TCP
+// Reconnected is sent. In bind mode with OnePublisher, Reconnected is sent
+// before the first message read after the end of a connection (should a
+// new connection deliver before the old one's end is read, the signal comes
+// that much later). A publisher that vanishes without closing its TCP
 // connection is not noticed: zmq4 has no heartbeats.
 func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -171,7 +185,7 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 
 	for {
 		var (
-			recv <-chan zmq4.Msg
+			recv <-chan received
 			lost <-chan error
 		)
 		if ss.live != nil {
@@ -180,8 +194,16 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m := <-recv:
-			ss.onLive(m)
+		case r := <-recv:
+			if r.afterEnd && s.cfg.OnePublisher {
+				// The message comes from a new connection, maybe of a new
+				// process whose seq already passed the last one seen: its
+				// batches would pass for a gap or even for the next ones,
+				// and a replay would hand the new process's history to a
+				// consumer holding the old one's state.
+				ss.reconnected()
+			}
+			ss.onLive(r.msg)
 		case err := <-lost:
 			s.log.Info("kvstream: publisher connection lost, redialing", "err", err)
 			ss.live.close()
@@ -198,9 +220,7 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 			}
 			ss.live, attempt = c, 0
 			if connected {
-				s.reconnects.Add(1)
-				s.log.Info("kvstream: reconnected")
-				ss.emit([]Item{Reconnected{Endpoint: s.cfg.Endpoint}})
+				ss.reconnected()
 			}
 			connected = true
 		case r := <-ss.replayed:
@@ -230,6 +250,12 @@ type replayDone struct {
 	err       error
 }
 
+func (ss *session) reconnected() {
+	ss.reconnects.Add(1)
+	ss.log.Info("kvstream: reconnected")
+	ss.emit([]Item{Reconnected{Endpoint: ss.cfg.Endpoint}})
+}
+
 func (ss *session) open(bind bool) (*liveConn, error) {
 	sock := zmq4.NewSub(ss.ctx, ss.opts...)
 	if err := sock.SetOption(zmq4.OptionSubscribe, ss.cfg.Topic); err != nil {
@@ -247,7 +273,7 @@ func (ss *session) open(bind bool) (*liveConn, error) {
 	}
 	c := &liveConn{
 		sock: sock,
-		recv: make(chan zmq4.Msg),
+		recv: make(chan received),
 		lost: make(chan error, 1),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
@@ -257,7 +283,7 @@ func (ss *session) open(bind bool) (*liveConn, error) {
 }
 
 func (ss *session) key(topic []byte) string {
-	if ss.cfg.Bind {
+	if ss.cfg.Bind && !ss.cfg.OnePublisher {
 		return TopicKey(string(topic))
 	}
 	return ss.cfg.Endpoint
@@ -349,14 +375,24 @@ func (ss *session) emit(items []Item) {
 // liveConn is one SUB socket and the goroutine reading it.
 type liveConn struct {
 	sock zmq4.Socket
-	recv chan zmq4.Msg
+	recv chan received
 	lost chan error // connect mode: the connection ended
 	stop chan struct{}
 	done chan struct{}
 }
 
+// received is a message read by a liveConn.
+type received struct {
+	msg zmq4.Msg
+	// afterEnd (bind mode): a connection ended since the previous message.
+	// zmq4 queues a connection's end after its last message, so msg is
+	// from another connection.
+	afterEnd bool
+}
+
 func (c *liveConn) read(bind bool, log *slog.Logger) {
 	defer close(c.done)
+	ended := false
 	for {
 		m, err := c.sock.Recv()
 		if err != nil {
@@ -367,13 +403,15 @@ func (c *liveConn) read(bind bool, log *slog.Logger) {
 				// One publisher's connection ended; the socket still
 				// serves the others and the one that comes back.
 				log.Debug("kvstream: publisher connection ended", "err", err)
+				ended = true
 				continue
 			}
 			c.lost <- err
 			return
 		}
 		select {
-		case c.recv <- m:
+		case c.recv <- received{msg: m, afterEnd: ended}:
+			ended = false
 		case <-c.stop:
 			return
 		}
