@@ -76,7 +76,7 @@ func NewMetrics(stats func() router.Stats) *Metrics {
 	m.eventDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_events_dropped_total",
 		Help: "Engine events or batches not applied, by reason."}, []string{"reason"})
 	m.resyncs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_relay_resyncs_total",
-		Help: "Snapshots taken from state agents, by reason (start, gap, epoch, rejected, malformed)."}, []string{"reason"})
+		Help: "Snapshots taken from state agents, by reason (start, gap, epoch, rejected, malformed, overflow)."}, []string{"reason"})
 	m.discoveryLost = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_discovery_watch_lost_total",
 		Help: "Times the discovery watch was lost (no hints from agent-registered sources until it is back)."})
 	m.peerMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_peer_load_messages_total",
