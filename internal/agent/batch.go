@@ -54,7 +54,19 @@ func (c *Core) plan(r *rank, b kvevents.Batch, tp int, shard bool) (plan, string
 			// us, and a later store under it would look like a gap.
 			r.complete = false
 		}
-		if ev.SpecKind != "" && ev.SpecKind != specFullAttention {
+		kind := ev.SpecKind
+		switch {
+		case ev.Kind == kvevents.KindStored && kind != "":
+			if r.groups == nil {
+				r.groups = map[int]string{}
+			}
+			r.groups[ev.GroupIdx] = kind
+		case ev.Kind == kvevents.KindRemoved && kind == "":
+			// Groups share block hashes: another group's removal must
+			// not take the full-attention group's block.
+			kind = r.groups[ev.GroupIdx]
+		}
+		if kind != "" && kind != specFullAttention {
 			c.cnt.drop(DropOtherGroup)
 			continue
 		}

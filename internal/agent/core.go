@@ -51,6 +51,9 @@ type rank struct {
 	// and nothing was lost or skipped). Only then does an unknown parent
 	// prove a gap the seq did not reveal.
 	complete bool
+	// groups maps a hybrid model's KV group to its spec kind, learnt
+	// from stores: removals name the group only.
+	groups map[int]string
 }
 
 type gapSpan struct{ from, to uint64 }

@@ -261,6 +261,15 @@ func TestHybridGroups(t *testing.T) {
 	if st := h.core.Stats(); st.Dropped[DropOtherGroup] != 1 || st.Dropped[DropUnknownParent] != 1 || st.Resets[ResetSilentGap] != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	// Groups share block hashes, and removals name the group only: the
+	// sliding-window group's removal of A leaves the full group's A.
+	rm := h.ev("remove", false, "A")
+	rm.GroupIdx = 1
+	h.feed(0, h.msg(0, "", rm))
+	h.expect("", "w0=A@0", "o0 w0")
+	rm.GroupIdx = 0
+	h.feed(0, h.msg(0, "", rm))
+	h.expect("ops:w0", "w0=", "o0 w0")
 }
 
 // A restarted SGLang publisher names a new epoch in its topics: the
