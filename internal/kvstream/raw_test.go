@@ -54,24 +54,6 @@ func publishUpTo(t *testing.T, p *Publisher, upto uint64) {
 // against the answer, and delivered after it.
 func TestReplayHoldsLiveMessages(t *testing.T) {
 	checkLeaks(t)
-	// The hand-driven ROUTER of this harness sometimes finds its zmq4
-	// connection closed when it answers (seen about once in ten runs,
-	// before and after the subscriber's own changes; not yet explained):
-	// such an attempt is run again on fresh sockets, and the behaviour is
-	// asserted in full by the attempt that gets its answer through.
-	for attempt := 1; ; attempt++ {
-		err := replayHoldsLiveMessages(t)
-		if err == nil {
-			return
-		}
-		if attempt == 3 {
-			t.Fatalf("answering the replay by hand failed %d times: %v", attempt, err)
-		}
-		t.Logf("attempt %d: %v; retrying on fresh sockets", attempt, err)
-	}
-}
-
-func replayHoldsLiveMessages(t *testing.T) error {
 	router := rawSocket(t, zmq4.NewRouter, "tcp://127.0.0.1:0")
 	p := startPub(t, PublisherConfig{Endpoint: anyTCP})
 	ep := tcpEndpoint(p.Addr())
@@ -102,11 +84,18 @@ func replayHoldsLiveMessages(t *testing.T) error {
 	id := req.Frames[0]
 	for seq := s0 + 1; seq <= s0+5; seq++ {
 		if err := router.Send(zmq4.NewMsgFrom(append([][]byte{id}, EncodeReplayReply(seq, []byte("replayed"))...)...)); err != nil {
-			return err
+			t.Fatal(err)
 		}
 	}
+	// zmq4 writes a frame's header and body in two writes, and the end
+	// marker's last frame is empty: the subscriber holds the whole marker
+	// after the header, may close its DEALER at once, and the ROUTER's
+	// reader then closes the connection on EOF before the empty write, which
+	// fails with "use of closed network connection" though nothing was
+	// lost (about once in ten loaded runs). The items below tell whether
+	// the answer got through.
 	if err := router.Send(zmq4.NewMsgFrom(append([][]byte{id}, EncodeReplayEnd()...)...)); err != nil {
-		return err
+		t.Logf("end marker: %v", err)
 	}
 
 	m := func(off uint64, suffix string) string { return fmt.Sprintf("msg %s %d%s", ep, s0+off, suffix) }
@@ -116,7 +105,6 @@ func replayHoldsLiveMessages(t *testing.T) error {
 	if msg, ok := it.(Message); !ok || msg.Seq != s0+5 || msg.Replayed || string(msg.Payload) != "live" {
 		t.Fatalf("after replay got %s (%+v), want the live copy of %d", itemString(it), it, s0+5)
 	}
-	return nil
 }
 
 func TestReplayFailureLosesGap(t *testing.T) {
