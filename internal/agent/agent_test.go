@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -250,25 +249,7 @@ func TestAgentEngineDown(t *testing.T) {
 // An engine given a specific address connects to it: the agent binds
 // there, and still heals a gap through the engine's replay endpoint.
 func TestAgentBindMode(t *testing.T) {
-	port, replay := freePort(t), freePort(t)
-	e := &engine{t: t, kind: workerconfig.EngineSGLang, port: port, replay: replay, tr: newTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
-	e.enc.Format = kvevents.SGLangMap
-	cfg := engineConfig(t, "sglang_linker_tp1", func(cfg, extra, events map[string]any) {
-		events["endpoint"] = fmt.Sprintf("tcp://127.0.0.1:%d", port)
-		events["replay_endpoint"] = fmt.Sprintf("tcp://*:%d", replay)
-		e.topic, _ = events["topic"].(string)
-	})
-	mux := http.NewServeMux()
-	mux.HandleFunc(PathSGLangServerInfo, func(w http.ResponseWriter, _ *http.Request) { w.Write(cfg) })
-	e.srv = httptest.NewServer(mux)
-	t.Cleanup(e.srv.Close)
-	b := openBus(t)
-	c := startCluster(t, e, b, nil)
-	if c.desc.Events[0].PublisherBinds {
-		t.Fatal("descriptor: the publisher binds")
-	}
-	e.newPublisher(fmt.Sprintf("tcp://127.0.0.1:%d", port), fmt.Sprintf("tcp://*:%d", replay))
-	t.Cleanup(func() { e.pub.Close() })
+	e, c := startBindMode(t, "sglang_linker_tp1", 0)
 	c.subscribed()
 	s := c.follow()
 	base := c.agent.Stats()
