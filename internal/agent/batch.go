@@ -7,6 +7,7 @@ import (
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/relay"
+	"kvrouter/internal/workerconfig"
 )
 
 // specFullAttention is vLLM's kv_cache_spec_kind of the full-attention KV
@@ -96,6 +97,9 @@ func (c *Core) plan(r *rank, b kvevents.Batch, tp int, shard bool) (plan, string
 		}
 		if err := c.desc.CheckEventBlockSize(ev); err != nil {
 			return p, RejectBlockSize, fmt.Errorf("event %d: %w", i, err)
+		}
+		if c.desc.Engine == workerconfig.EngineVLLM {
+			r.inheritSalt(ev)
 		}
 		op, err := index.OpFromEvent(*ev)
 		if errors.Is(err, index.ErrPlaceholder) {
@@ -203,4 +207,33 @@ func dropReason(err error) string {
 		return DropUnknownParent
 	}
 	return DropInvalid
+}
+
+// inheritSalt gives a vLLM store the salt of the chain it extends (vLLM
+// names it in the root block's extra keys only) and keeps the map of
+// salted blocks in step with removals and clears. A removal forgets the
+// hash even if another tier still holds the block: a store under it then
+// goes unsalted, which matches less but never across tenants.
+func (r *rank) inheritSalt(ev *kvevents.Event) {
+	switch ev.Kind {
+	case kvevents.KindStored:
+		if ev.CacheSalt == "" && ev.HasParent {
+			ev.CacheSalt = r.salts[ev.ParentHash]
+		}
+		if ev.CacheSalt == "" {
+			return
+		}
+		if r.salts == nil {
+			r.salts = map[uint64]string{}
+		}
+		for _, h := range ev.BlockHashes {
+			r.salts[h] = ev.CacheSalt
+		}
+	case kvevents.KindRemoved:
+		for _, h := range ev.BlockHashes {
+			delete(r.salts, h)
+		}
+	case kvevents.KindCleared:
+		r.salts = nil
+	}
 }

@@ -54,6 +54,10 @@ type rank struct {
 	// groups maps a hybrid model's KV group to its spec kind, learnt
 	// from stores: removals name the group only.
 	groups map[int]string
+	// salts maps the engine hash of each block under a salted vLLM root
+	// to the salt: vLLM names the salt in a prefix's first block only,
+	// and the router's identities carry it in every block.
+	salts map[uint64]string
 }
 
 type gapSpan struct{ from, to uint64 }
@@ -285,6 +289,7 @@ func (c *Core) reset(r *rank, reason string) {
 		})
 	}
 	r.complete = false
+	r.salts = nil
 	if r.agg != nil {
 		r.agg.Reset()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
@@ -377,5 +378,38 @@ func TestLargeBatchReachesRouters(t *testing.T) {
 	}
 	if st := core.Stats(); st.PublishErrors != 0 {
 		t.Fatalf("%d publish errors", st.PublishErrors)
+	}
+}
+
+// vLLM names a salt in a prefix's first block only; the blocks stored under
+// a salted root carry it into the index (the router hashes every block of a
+// salted request with it), until a removal or a clear forgets them.
+func TestVLLMSaltInherited(t *testing.T) {
+	h := newHarness(t, vllm, "vllm_kvcr")
+	root, child := h.ev("store", false, "A"), h.ev("store", false, "B")
+	root.CacheSalt = "tenant-a"
+	h.core.Handle(0, h.msg(0, "", root, child))
+	toks := append(append([]uint32(nil), h.tr.tokens["A"]...), h.tr.tokens["B"]...)
+	depth := func(salt string) int32 {
+		got := h.core.loc.ix.Match(kvhash.LocalHashes(toks, h.tr.bs, kvhash.SeedFor("", salt)), index.MatchOptions{})
+		if len(got) == 0 {
+			return 0
+		}
+		return got[0].Depth
+	}
+	if a, none := depth("tenant-a"), depth(""); a != 2 || none != 0 {
+		t.Fatalf("salted A then B under it: depth %d for the salt, %d without; want 2 and 0", a, none)
+	}
+	r := h.core.ranks[0]
+	if len(r.salts) != 2 {
+		t.Fatalf("salted blocks kept: %d, want 2", len(r.salts))
+	}
+	h.core.Handle(0, h.msg(0, "", h.ev("remove", false, "B")))
+	if len(r.salts) != 1 {
+		t.Fatalf("after B's removal %d salted blocks kept, want 1", len(r.salts))
+	}
+	h.core.Handle(0, h.msg(0, "", h.ev("clear", false)))
+	if r.salts != nil {
+		t.Fatalf("after a clear %d salted blocks kept, want none", len(r.salts))
 	}
 }
