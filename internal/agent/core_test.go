@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"kvrouter/internal/index"
-	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
 	"kvrouter/internal/workerconfig"
