@@ -23,13 +23,16 @@ const fullAttention = "full_attention"
 // or a publisher restart clears them, and what arrives next is all the
 // router knows.
 type ingest struct {
-	id   string
-	dp   int
-	sink *router.Sink
-	m    *Metrics
-	log  *slog.Logger
-	now  func() time.Time
-	dec  kvevents.Decoder
+	id string
+	dp int
+	// sglang: the worker is known to run SGLang, whose stores all name
+	// their salt, so none is inherited (and no map of salted blocks kept).
+	sglang bool
+	sink   *router.Sink
+	m      *Metrics
+	log    *slog.Logger
+	now    func() time.Time
+	dec    kvevents.Decoder
 
 	once sync.Map // warnings logged once per reason
 
@@ -38,6 +41,46 @@ type ingest struct {
 	// sliding-window group's removal of a hash the full-attention group
 	// shares must not remove the block.
 	groups sync.Map // int → string
+
+	// salts keeps, by rank, the salt of each block under a salted vLLM
+	// root: vLLM names the salt in a prefix's first block only.
+	saltMu sync.Mutex
+	salts  map[int]map[uint64]string
+}
+
+// inheritSalt gives a store the salt of the chain it extends and keeps the
+// rank's salted blocks in step with removals and clears (a removal forgets
+// a hash another tier may still hold: a store under it then goes
+// unsalted, which matches less but never across tenants).
+func (in *ingest) inheritSalt(rank int, ev *kvevents.Event) {
+	in.saltMu.Lock()
+	defer in.saltMu.Unlock()
+	m := in.salts[rank]
+	switch ev.Kind {
+	case kvevents.KindStored:
+		if ev.CacheSalt == "" && ev.HasParent {
+			ev.CacheSalt = m[ev.ParentHash]
+		}
+		if ev.CacheSalt == "" {
+			return
+		}
+		if m == nil {
+			if in.salts == nil {
+				in.salts = map[int]map[uint64]string{}
+			}
+			m = map[uint64]string{}
+			in.salts[rank] = m
+		}
+		for _, h := range ev.BlockHashes {
+			m[h] = ev.CacheSalt
+		}
+	case kvevents.KindRemoved:
+		for _, h := range ev.BlockHashes {
+			delete(m, h)
+		}
+	case kvevents.KindCleared:
+		delete(in.salts, rank)
+	}
 }
 
 // handle applies one item. rank is the DP rank the stream belongs to, or
@@ -96,6 +139,11 @@ func (in *ingest) clear(rank int) {
 		in.sink.Clear(src)
 		in.sink.SetReady(src, true)
 	}
+	in.saltMu.Lock()
+	for _, r := range in.ranks(rank) {
+		delete(in.salts, r)
+	}
+	in.saltMu.Unlock()
 }
 
 func (in *ingest) batch(payload []byte, rank int) {
@@ -137,6 +185,9 @@ func (in *ingest) batch(payload []byte, rank int) {
 		if kind != "" && kind != fullAttention {
 			in.m.eventDropped.WithLabelValues("kv_group").Inc()
 			continue
+		}
+		if !in.sglang {
+			in.inheritSalt(rank, &ev)
 		}
 		op, err := index.OpFromEvent(ev)
 		if err != nil {
