@@ -55,18 +55,9 @@ func (c *Core) plan(r *rank, b kvevents.Batch, tp int, shard bool) (plan, string
 			// us, and a later store under it would look like a gap.
 			r.complete = false
 		}
-		kind := ev.SpecKind
-		switch {
-		case ev.Kind == kvevents.KindStored && kind != "":
-			if r.groups == nil {
-				r.groups = map[int]string{}
-			}
-			r.groups[ev.GroupIdx] = kind
-		case ev.Kind == kvevents.KindRemoved && kind == "":
-			// Groups share block hashes: another group's removal must
-			// not take the full-attention group's block.
-			kind = r.groups[ev.GroupIdx]
-		}
+		// Groups share block hashes: another group's removal must not take
+		// the full-attention group's block.
+		kind := r.groups.Of(ev)
 		if kind != "" && kind != specFullAttention {
 			c.cnt.drop(DropOtherGroup)
 			continue
@@ -99,7 +90,7 @@ func (c *Core) plan(r *rank, b kvevents.Batch, tp int, shard bool) (plan, string
 			return p, RejectBlockSize, fmt.Errorf("event %d: %w", i, err)
 		}
 		if c.desc.Engine == workerconfig.EngineVLLM {
-			r.inheritSalt(ev)
+			r.salts.Inherit(ev)
 		}
 		op, err := index.OpFromEvent(*ev)
 		if errors.Is(err, index.ErrPlaceholder) {
@@ -207,33 +198,4 @@ func dropReason(err error) string {
 		return DropUnknownParent
 	}
 	return DropInvalid
-}
-
-// inheritSalt gives a vLLM store the salt of the chain it extends (vLLM
-// names it in the root block's extra keys only) and keeps the map of
-// salted blocks in step with removals and clears. A removal forgets the
-// hash even if another tier still holds the block: a store under it then
-// goes unsalted, which matches less but never across tenants.
-func (r *rank) inheritSalt(ev *kvevents.Event) {
-	switch ev.Kind {
-	case kvevents.KindStored:
-		if ev.CacheSalt == "" && ev.HasParent {
-			ev.CacheSalt = r.salts[ev.ParentHash]
-		}
-		if ev.CacheSalt == "" {
-			return
-		}
-		if r.salts == nil {
-			r.salts = map[uint64]string{}
-		}
-		for _, h := range ev.BlockHashes {
-			r.salts[h] = ev.CacheSalt
-		}
-	case kvevents.KindRemoved:
-		for _, h := range ev.BlockHashes {
-			delete(r.salts, h)
-		}
-	case kvevents.KindCleared:
-		r.salts = nil
-	}
 }

@@ -51,13 +51,8 @@ type rank struct {
 	// and nothing was lost or skipped). Only then does an unknown parent
 	// prove a gap the seq did not reveal.
 	complete bool
-	// groups maps a hybrid model's KV group to its spec kind, learnt
-	// from stores: removals name the group only.
-	groups map[int]string
-	// salts maps the engine hash of each block under a salted vLLM root
-	// to the salt: vLLM names the salt in a prefix's first block only,
-	// and the router's identities carry it in every block.
-	salts map[uint64]string
+	groups   kvevents.GroupKinds // a hybrid model's KV groups, from stores
+	salts    kvevents.SaltChains // vLLM only: blocks under salted roots
 }
 
 type gapSpan struct{ from, to uint64 }

@@ -36,51 +36,33 @@ type ingest struct {
 
 	once sync.Map // warnings logged once per reason
 
-	// groups maps a hybrid model's KV group (group_idx) to its spec kind,
-	// learnt from stores: vLLM's removals name the group only, and a
-	// sliding-window group's removal of a hash the full-attention group
-	// shares must not remove the block.
-	groups sync.Map // int → string
-
-	// salts keeps, by rank, the salt of each block under a salted vLLM
-	// root: vLLM names the salt in a prefix's first block only.
-	saltMu sync.Mutex
-	salts  map[int]map[uint64]string
+	// What a rank's later events need from its earlier ones (vLLM): KV
+	// group kinds learnt from stores, and the salts of blocks under
+	// salted roots. Ranks may be followed on goroutines of their own.
+	mu     sync.Mutex
+	groups kvevents.GroupKinds // the worker's, shared by its ranks
+	salts  map[int]kvevents.SaltChains
 }
 
-// inheritSalt gives a store the salt of the chain it extends and keeps the
-// rank's salted blocks in step with removals and clears (a removal forgets
-// a hash another tier may still hold: a store under it then goes
-// unsalted, which matches less but never across tenants).
-func (in *ingest) inheritSalt(rank int, ev *kvevents.Event) {
-	in.saltMu.Lock()
-	defer in.saltMu.Unlock()
-	m := in.salts[rank]
-	switch ev.Kind {
-	case kvevents.KindStored:
-		if ev.CacheSalt == "" && ev.HasParent {
-			ev.CacheSalt = m[ev.ParentHash]
-		}
-		if ev.CacheSalt == "" {
-			return
-		}
-		if m == nil {
-			if in.salts == nil {
-				in.salts = map[int]map[uint64]string{}
-			}
-			m = map[uint64]string{}
-			in.salts[rank] = m
-		}
-		for _, h := range ev.BlockHashes {
-			m[h] = ev.CacheSalt
-		}
-	case kvevents.KindRemoved:
-		for _, h := range ev.BlockHashes {
-			delete(m, h)
-		}
-	case kvevents.KindCleared:
-		delete(in.salts, rank)
+// lineage gives ev what it needs from the rank's earlier events: false
+// when its KV group is not the full-attention one (a hybrid model's other
+// groups are not followed), else, for vLLM, the salt of the chain it
+// extends.
+func (in *ingest) lineage(rank int, ev *kvevents.Event) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if kind := in.groups.Of(ev); kind != "" && kind != fullAttention {
+		return false
 	}
+	if !in.sglang {
+		if in.salts == nil {
+			in.salts = map[int]kvevents.SaltChains{}
+		}
+		c := in.salts[rank]
+		c.Inherit(ev)
+		in.salts[rank] = c
+	}
+	return true
 }
 
 // handle applies one item. rank is the DP rank the stream belongs to, or
@@ -139,11 +121,11 @@ func (in *ingest) clear(rank int) {
 		in.sink.Clear(src)
 		in.sink.SetReady(src, true)
 	}
-	in.saltMu.Lock()
+	in.mu.Lock()
 	for _, r := range in.ranks(rank) {
 		delete(in.salts, r)
 	}
-	in.saltMu.Unlock()
+	in.mu.Unlock()
 }
 
 func (in *ingest) batch(payload []byte, rank int) {
@@ -174,20 +156,9 @@ func (in *ingest) batch(payload []byte, rank int) {
 		return
 	}
 	for _, ev := range b.Events {
-		kind := ev.SpecKind
-		if ev.Kind == kvevents.KindStored && kind != "" {
-			in.groups.Store(ev.GroupIdx, kind)
-		} else if kind == "" && ev.Kind == kvevents.KindRemoved {
-			if k, ok := in.groups.Load(ev.GroupIdx); ok {
-				kind = k.(string)
-			}
-		}
-		if kind != "" && kind != fullAttention {
+		if !in.lineage(rank, &ev) {
 			in.m.eventDropped.WithLabelValues("kv_group").Inc()
 			continue
-		}
-		if !in.sglang {
-			in.inheritSalt(rank, &ev)
 		}
 		op, err := index.OpFromEvent(ev)
 		if err != nil {

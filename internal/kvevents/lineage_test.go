@@ -1,0 +1,52 @@
+package kvevents
+
+import "testing"
+
+func TestGroupKinds(t *testing.T) {
+	var g GroupKinds
+	for _, c := range []struct {
+		ev   Event
+		want string
+	}{
+		{Event{Kind: KindRemoved, GroupIdx: 1}, ""}, // not learnt yet
+		{Event{Kind: KindStored, GroupIdx: 1, SpecKind: "sliding_window"}, "sliding_window"},
+		{Event{Kind: KindStored, GroupIdx: 0, SpecKind: "full_attention"}, "full_attention"},
+		{Event{Kind: KindRemoved, GroupIdx: 1}, "sliding_window"},
+		{Event{Kind: KindRemoved, GroupIdx: 0}, "full_attention"},
+		{Event{Kind: KindRemoved, GroupIdx: 2}, ""},
+		{Event{Kind: KindRemoved, GroupIdx: 0, SpecKind: "mamba"}, "mamba"}, // named: as named
+		{Event{Kind: KindStored, GroupIdx: 3}, ""},
+	} {
+		if got := g.Of(&c.ev); got != c.want {
+			t.Errorf("%+v: kind %q, want %q", c.ev, got, c.want)
+		}
+	}
+}
+
+func TestSaltChains(t *testing.T) {
+	var c SaltChains
+	steps := []struct {
+		ev   Event
+		want string // the store's salt after Inherit
+		held int
+	}{
+		{Event{Kind: KindStored, BlockHashes: []uint64{1, 2}, CacheSalt: "a"}, "a", 2},
+		{Event{Kind: KindStored, BlockHashes: []uint64{3}, ParentHash: 2, HasParent: true}, "a", 3},
+		{Event{Kind: KindStored, BlockHashes: []uint64{9}, ParentHash: 8, HasParent: true}, "", 3},
+		{Event{Kind: KindStored, BlockHashes: []uint64{4}, ParentHash: 3, HasParent: true, CacheSalt: "b"}, "b", 4},
+		{Event{Kind: KindRemoved, BlockHashes: []uint64{3, 7}}, "", 3},
+		{Event{Kind: KindStored, BlockHashes: []uint64{5}, ParentHash: 3, HasParent: true}, "", 3},
+		{Event{Kind: KindCleared}, "", 0},
+		{Event{Kind: KindStored, BlockHashes: []uint64{6}, ParentHash: 1, HasParent: true}, "", 0},
+	}
+	for i, s := range steps {
+		ev := s.ev
+		c.Inherit(&ev)
+		if ev.Kind == KindStored && ev.CacheSalt != s.want {
+			t.Errorf("step %d: salt %q, want %q", i, ev.CacheSalt, s.want)
+		}
+		if len(c) != s.held {
+			t.Errorf("step %d: %d salted blocks kept, want %d", i, len(c), s.held)
+		}
+	}
+}
