@@ -201,6 +201,9 @@ func (r *Runner) await(ctx context.Context, op *fetchOp, start time.Time) error 
 
 // giveUpLocked marks the keys of h that are not local given up.
 func (r *Runner) giveUpLocked(keys []uint64, h *hintState) {
+	if h == nil {
+		return
+	}
 	for _, k := range keys {
 		if _, ok := h.keys[k]; ok && r.pool.Peek(k) != Present {
 			h.keys[k] = true
@@ -215,15 +218,11 @@ func (r *Runner) result(keys []uint64, h *hintState) FetchResult {
 	for _, k := range keys {
 		if r.pool.Peek(k) == Present {
 			res.Local = append(res.Local, k)
-			continue
-		}
-		res.Missing = append(res.Missing, k)
-		if h != nil {
-			if _, ok := h.keys[k]; ok {
-				h.keys[k] = true
-			}
+		} else {
+			res.Missing = append(res.Missing, k)
 		}
 	}
+	r.giveUpLocked(res.Missing, h)
 	return res
 }
 
