@@ -292,35 +292,30 @@ func (s *scratch) extraKeys(ev *Event, sp *span, st *eventState) error {
 	}
 	lora := s.textOf(slotLoRAName, ev, sp)
 	blocks := sp.hashes[1] - sp.hashes[0]
-	start := len(s.extra)
+	start, any := len(s.extra), false
 	for i := range n {
-		var digest uint64
-		if i == 0 && !ev.HasParent {
-			var salt []byte
-			if salt, digest, err = s.blockExtra(&r, lora, true); err == nil && salt != nil && ev.CacheSalt == "" && sp.strs[slotCacheSalt] == [2]int{} {
-				at := len(s.strs)
-				s.strs = append(s.strs, salt...)
-				sp.strs[slotCacheSalt] = [2]int{at, len(s.strs)}
-			}
-		} else {
-			_, digest, err = s.blockExtra(&r, lora, false)
-		}
+		salt, digest, err := s.blockExtra(&r, lora, i == 0 && !ev.HasParent)
 		if err != nil {
 			return fail(fExtraKeys, i, err)
 		}
-		if i < blocks && digest != 0 {
-			for len(s.extra)-start < i {
-				s.extra = append(s.extra, 0)
-			}
+		if salt != nil && ev.CacheSalt == "" && sp.strs[slotCacheSalt] == [2]int{} {
+			at := len(s.strs)
+			s.strs = append(s.strs, salt...)
+			sp.strs[slotCacheSalt] = [2]int{at, len(s.strs)}
+		}
+		if i < blocks {
 			s.extra = append(s.extra, digest)
+			any = any || digest != 0
 		}
 	}
-	if len(s.extra) > start {
-		for len(s.extra)-start < blocks {
-			s.extra = append(s.extra, 0)
-		}
-		sp.extra = [2]int{start, len(s.extra)}
+	if !any { // the usual case: tokens (and LoRA, salt) say it all
+		s.extra = s.extra[:start]
+		return nil
 	}
+	for len(s.extra)-start < blocks {
+		s.extra = append(s.extra, 0)
+	}
+	sp.extra = [2]int{start, len(s.extra)}
 	return nil
 }
 
@@ -360,11 +355,10 @@ func (s *scratch) blockExtra(r *reader, lora []byte, saltOK bool) (salt []byte, 
 			}
 			salt = v
 		} else {
-			salt = nil
+			salt = nil // a salt is a string, and alone
 			if err := r.skip(); err != nil {
 				return nil, 0, err
 			}
-			keys++ // a non-string key is never a salt
 		}
 		keys++
 		h.Write(r.b[start:r.pos])
@@ -372,7 +366,7 @@ func (s *scratch) blockExtra(r *reader, lora []byte, saltOK bool) (salt []byte, 
 	switch {
 	case keys == 0:
 		return nil, 0, nil
-	case keys == 1 && saltOK && salt != nil && len(salt) > 0:
+	case keys == 1 && saltOK && len(salt) > 0:
 		return salt, 0, nil
 	}
 	return nil, h.Sum64() | 1, nil
