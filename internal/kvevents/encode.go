@@ -149,14 +149,13 @@ func (e *Encoder) appendEvent(b []byte, ev *Event) ([]byte, error) {
 		case ev.LoRAName != "" && e.Format == SGLangArray:
 			return b, unencodable(keyLoRAName, "only "+SGLangMap.String()+" carries it")
 		}
-	} else if ev.Kind == KindStored {
-		switch {
-		case ev.CacheSalt != "" && (ev.HasParent || len(ev.BlockHashes) == 0):
-			// vLLM puts the salt in a prefix's first block's extra keys only.
-			return b, unencodable(keyCacheSalt, "vLLM forms carry it on a root store only")
-		case slices.ContainsFunc(ev.BlockExtra, func(x uint64) bool { return x != 0 }):
-			return b, unencodable(keyExtraKeys, "a digest does not say which keys it came from")
-		}
+	} else if ev.Kind == KindStored && ev.CacheSalt != "" && (ev.HasParent || len(ev.BlockHashes) == 0) {
+		// vLLM puts the salt in a prefix's first block's extra keys only.
+		return b, unencodable(keyCacheSalt, "vLLM forms carry it on a root store only")
+	}
+	if slices.ContainsFunc(ev.BlockExtra, func(x uint64) bool { return x != 0 }) {
+		// SGLang has no extra keys, and vLLM's cannot be rebuilt from them.
+		return b, unencodable(keyExtraKeys, "a digest does not say which keys it came from")
 	}
 	switch ev.Kind {
 	case KindStored:

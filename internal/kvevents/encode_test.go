@@ -164,6 +164,7 @@ func TestEncodeRefuses(t *testing.T) {
 		{"lora name in SGLang array", SGLangArray, edit(stored, func(e *Event) { e.LoRAName = "l" })},
 		{"cache salt in vLLM under a parent", VLLMMap, edit(stored, func(e *Event) { e.CacheSalt, e.HasParent, e.ParentHash = "s", true, 9 })},
 		{"extra-keys digest in vLLM", VLLMArray, edit(stored, func(e *Event) { e.BlockExtra = []uint64{7} })},
+		{"extra-keys digest in SGLang", SGLangMap, edit(stored, func(e *Event) { e.BlockExtra = []uint64{7} })},
 		{"token count", VLLMMap, edit(stored, func(e *Event) { e.BlockSize = 3 })},
 		{"placeholder with tokens", VLLMMap, edit(stored, func(e *Event) { e.Placeholder = true })},
 		{"empty tokens not marked placeholder", VLLMMap, edit(stored, func(e *Event) { e.TokenIDs = nil })},
