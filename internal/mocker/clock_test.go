@@ -3,14 +3,19 @@ package mocker
 import (
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // stepClock hands every wait to the test, which sees the exact simulated
-// duration the engine asked for and decides when it elapses.
+// duration the engine asked for and decides when it elapses. With a tick,
+// every reading of Now is tick later than the one before: real work
+// between two readings takes at least a tick.
 type stepClock struct {
 	waits chan wait
+	tick  time.Duration
+	reads atomic.Int64
 }
 
 type wait struct {
@@ -18,7 +23,9 @@ type wait struct {
 	ch chan time.Time
 }
 
-func (c *stepClock) Now() time.Time { return time.Unix(1700000000, 0) }
+func (c *stepClock) Now() time.Time {
+	return time.Unix(1700000000, 0).Add(time.Duration(c.reads.Add(1)) * c.tick)
+}
 
 func (c *stepClock) After(d time.Duration) <-chan time.Time {
 	w := wait{d: d, ch: make(chan time.Time, 1)}
@@ -74,6 +81,63 @@ func TestStepTiming(t *testing.T) {
 			}
 			if got := <-done; got.Usage.CompletionTokens != 2 {
 				t.Fatalf("usage %+v", got.Usage)
+			}
+		})
+	}
+}
+
+// TestStepTimingCountsRealWork: the real work of a step (filling and
+// hashing KV bytes) is part of its simulated time, not added to it; a step
+// whose work outlasts its simulated time does not wait at all.
+func TestStepTimingCountsRealWork(t *testing.T) {
+	prompt := make([]int, 100)
+	for i := range prompt {
+		prompt[i] = i + 1
+	}
+	const tick = time.Millisecond
+	// Simulated costs halved by the speedup; the engine reads the clock
+	// around each step, the request handler once more at any moment.
+	cases := []struct {
+		name string
+		tick time.Duration
+		cold time.Duration // the cold step's simulated wait
+	}{
+		{"work within the step", tick, (10*time.Millisecond + 100*100*time.Microsecond) / 2},
+		{"work beyond the step", time.Hour, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clock := &stepClock{waits: make(chan wait), tick: c.tick}
+			e := startEngine(t, func(cfg *Config) {
+				cfg.Clock, cfg.Speedup = clock, 2
+				cfg.PrefillPerToken, cfg.DecodePerToken, cfg.RestorePerToken = 100*time.Microsecond, 10*time.Millisecond, 0
+			})
+			done := make(chan completion, 1)
+			body := jsonBody(t, map[string]any{"prompt": prompt, "max_tokens": 2})
+			go func() {
+				var out completion
+				if resp, err := http.Post(e.URL()+pathCompletions, contentJSON, body); err == nil {
+					_ = json.NewDecoder(resp.Body).Decode(&out)
+					resp.Body.Close()
+				}
+				done <- out
+			}()
+			if c.cold > 0 {
+				for i, sim := range []time.Duration{c.cold, 10 * time.Millisecond / 2} {
+					w := <-clock.waits
+					if w.d >= sim || w.d < sim-4*tick {
+						t.Fatalf("step %d waits %v, want %v less the clock's ticks during the step", i, w.d, sim)
+					}
+					w.ch <- clock.Now()
+				}
+			}
+			select {
+			case got := <-done:
+				if got.Usage.CompletionTokens != 2 {
+					t.Fatalf("usage %+v", got.Usage)
+				}
+			case w := <-clock.waits:
+				t.Fatalf("a step waited %v after its work", w.d)
 			}
 		})
 	}
