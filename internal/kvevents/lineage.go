@@ -25,19 +25,30 @@ func (g *GroupKinds) Of(ev *Event) string {
 // SaltChains carries a salted vLLM root's salt to the stores under it:
 // vLLM names the salt in a prefix's first block only, and the router's
 // identities carry it in every block (SPEC 3.1). It maps the engine hash of
-// each block under a salted root to the salt. One per stream (engine rank);
+// each block under a salted root to the salt, for as long as any residency
+// (tier and owner) still holds the block. One per stream (engine rank);
 // not safe for concurrent use.
-type SaltChains map[uint64]string
+type SaltChains map[uint64]saltedBlock
+
+type saltedBlock struct {
+	salt string
+	held uint8 // one bit per tier and owner: see residency
+}
+
+// residency is the bit of an event's tier and owner: a block dropped from
+// the GPU may still be held in host memory or by the runner, and a store
+// under it there must still inherit its salt.
+func residency(ev *Event) uint8 {
+	return 1 << (uint(ev.Tier&3) | uint(ev.Ownership&1)<<2)
+}
 
 // Inherit gives a store the salt of the chain it extends, and keeps the
-// salted blocks in step with removals and clears. A removal forgets the
-// hash even if another tier still holds the block: a store under it then
-// goes unsalted, which matches less but never across tenants.
+// salted blocks in step with removals and clears.
 func (c *SaltChains) Inherit(ev *Event) {
 	switch ev.Kind {
 	case KindStored:
 		if ev.CacheSalt == "" && ev.HasParent {
-			ev.CacheSalt = (*c)[ev.ParentHash]
+			ev.CacheSalt = (*c)[ev.ParentHash].salt
 		}
 		if ev.CacheSalt == "" {
 			return
@@ -45,12 +56,29 @@ func (c *SaltChains) Inherit(ev *Event) {
 		if *c == nil {
 			*c = SaltChains{}
 		}
+		bit := residency(ev)
 		for _, h := range ev.BlockHashes {
-			(*c)[h] = ev.CacheSalt
+			b := (*c)[h]
+			if b.salt != ev.CacheSalt {
+				// Another salt for the same hash: the engine reused
+				// the hash, and the latest store speaks for it.
+				b = saltedBlock{salt: ev.CacheSalt}
+			}
+			b.held |= bit
+			(*c)[h] = b
 		}
 	case KindRemoved:
+		bit := residency(ev)
 		for _, h := range ev.BlockHashes {
-			delete(*c, h)
+			b, ok := (*c)[h]
+			if !ok {
+				continue
+			}
+			if b.held &^= bit; b.held == 0 {
+				delete(*c, h)
+			} else {
+				(*c)[h] = b
+			}
 		}
 	case KindCleared:
 		*c = nil

@@ -36,6 +36,18 @@ func TestSaltChains(t *testing.T) {
 		{Event{Kind: KindStored, BlockHashes: []uint64{4}, ParentHash: 3, HasParent: true, CacheSalt: "b"}, "b", 4},
 		{Event{Kind: KindRemoved, BlockHashes: []uint64{3, 7}}, "", 3},
 		{Event{Kind: KindStored, BlockHashes: []uint64{5}, ParentHash: 3, HasParent: true}, "", 3},
+		// Block 2 also goes to host memory and to the runner: dropped from
+		// the GPU, it keeps its salt while either holds it.
+		{Event{Kind: KindStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true, Tier: TierHost}, "a", 3},
+		{Event{Kind: KindStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true, Tier: TierHost, Ownership: OwnedByRunner}, "a", 3},
+		{Event{Kind: KindRemoved, BlockHashes: []uint64{2}}, "", 3},
+		{Event{Kind: KindRemoved, BlockHashes: []uint64{2}, Tier: TierHost}, "", 3},
+		{Event{Kind: KindStored, BlockHashes: []uint64{6}, ParentHash: 2, HasParent: true, Tier: TierHost}, "a", 4},
+		{Event{Kind: KindRemoved, BlockHashes: []uint64{2}, Tier: TierHost, Ownership: OwnedByRunner}, "", 3},
+		{Event{Kind: KindStored, BlockHashes: []uint64{7}, ParentHash: 2, HasParent: true}, "", 3},
+		// The same hash stored under another salt: the latest store speaks.
+		{Event{Kind: KindStored, BlockHashes: []uint64{1}, CacheSalt: "c", Tier: TierHost}, "c", 3},
+		{Event{Kind: KindRemoved, BlockHashes: []uint64{1}}, "", 3},
 		{Event{Kind: KindCleared}, "", 0},
 		{Event{Kind: KindStored, BlockHashes: []uint64{6}, ParentHash: 1, HasParent: true}, "", 0},
 	}
