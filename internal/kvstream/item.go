@@ -7,8 +7,9 @@ type Item interface{ isItem() }
 
 // Message is one batch as the publisher sent it.
 type Message struct {
-	// Key names the publisher: the topic (without SGLang's epoch suffix) in
-	// bind mode, the endpoint in connect mode and with OnePublisher.
+	// Key names the publisher: the topic without SGLang's epoch suffix or a
+	// runner shard suffix (PublisherKey) in bind mode, the endpoint in
+	// connect mode and with OnePublisher.
 	Key string
 	// Topic is the live topic frame. Replay frames carry no topic: a
 	// replayed batch gets the topic of the live message that opened its

@@ -22,7 +22,8 @@ type Config struct {
 	Endpoint string
 	// Bind selects bind mode (the llm-d convention, topic
 	// kv@<host>:<port>@<model>): several publishers connect to one socket
-	// and are told apart by topic, unless OnePublisher.
+	// and are told apart by topic (PublisherKey: one key for an engine's
+	// epochs and runner shard topics), unless OnePublisher.
 	Bind bool
 	// OnePublisher says that in bind mode exactly one publisher dials the
 	// socket (the state agent's socket per engine rank). All its topics
@@ -284,7 +285,7 @@ func (ss *session) open(bind bool) (*liveConn, error) {
 
 func (ss *session) key(topic []byte) string {
 	if ss.cfg.Bind && !ss.cfg.OnePublisher {
-		return TopicKey(string(topic))
+		return PublisherKey(string(topic))
 	}
 	return ss.cfg.Endpoint
 }

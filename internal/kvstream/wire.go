@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"kvrouter/internal/kvevents"
 )
 
 // Wire facts of the engine event transport (SPEC 2.1).
@@ -104,12 +106,25 @@ func EncodeReplayEnd() [][]byte {
 	return EncodeReplayReply(endSeq, []byte{})
 }
 
-// TopicKey is the publisher key of a live topic in bind mode: the topic
-// without SGLang's epoch suffix, so that a new epoch of the same publisher is
-// seen as a restart of one stream rather than a new stream.
+// TopicKey is a live topic without SGLang's epoch suffix (and whatever
+// follows it), so that a new epoch of the same publisher is seen as a restart
+// of one stream rather than a new stream.
 func TopicKey(topic string) string {
 	if i := strings.Index(topic, epochSep); i >= 0 {
 		return topic[:i]
 	}
 	return topic
+}
+
+// PublisherKey is the publisher key of a live topic in bind mode with several
+// publishers: the engine's topic without its epoch suffix (TopicKey) nor the
+// runner shard suffix (kvevents.RunnerShardTopic) a TP > 1 kvrouter engine
+// appends to it, after any epoch suffix. The shards' topics share the
+// engine's one seq counter: tracked apart, each would see the others'
+// batches as gaps.
+func PublisherKey(topic string) string {
+	// Cutting the epoch suffix cuts a shard suffix after it; one without
+	// an epoch suffix is left to strip.
+	base, _, _ := kvevents.ParseRunnerShardTopic(TopicKey(topic))
+	return base
 }

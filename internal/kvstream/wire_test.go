@@ -118,3 +118,24 @@ func TestTopicKey(t *testing.T) {
 		}
 	}
 }
+
+func TestPublisherKey(t *testing.T) {
+	tests := []struct{ topic, want string }{
+		{"", ""},
+		{"kv@h:1@m", "kv@h:1@m"},
+		{"kv@h:1@m\x00sgl-kv-epoch=7", "kv@h:1@m"},
+		{"kv@h:1@m|kvcr-tp1", "kv@h:1@m"},
+		{"kv@h:1@m|kvcr-tp12", "kv@h:1@m"},
+		// The engine's topic, epoch suffix included, then the shard.
+		{"kv@h:1@m\x00sgl-kv-epoch=7|kvcr-tp1", "kv@h:1@m"},
+		{"|kvcr-tp0", ""},
+		// Not a shard suffix: the topic is the engine's own.
+		{"kv@h:1@m|kvcr-tp", "kv@h:1@m|kvcr-tp"},
+		{"kv@h:1@m|kvcr-tpx", "kv@h:1@m|kvcr-tpx"},
+	}
+	for _, tc := range tests {
+		if got := PublisherKey(tc.topic); got != tc.want {
+			t.Errorf("PublisherKey(%q) = %q, want %q", tc.topic, got, tc.want)
+		}
+	}
+}
