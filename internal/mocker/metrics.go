@@ -48,13 +48,14 @@ var (
 	descGPUTotal    = prometheus.NewDesc(metricGPUTotal, "GPU KV blocks of the rank (--gpu-blocks).", []string{labelDPRank}, nil)
 	descRunnerUsed  = prometheus.NewDesc(metricRunnerUsed, "Blocks held by a runner shard.", []string{labelDPRank, labelTPRank}, nil)
 	descRunnerTotal = prometheus.NewDesc(metricRunnerTotal, "Block slots of a runner shard (--runner-blocks).", []string{labelDPRank, labelTPRank}, nil)
+	descRunnerExp   = prometheus.NewDesc(metricRunnerExpired, "Peer FETCHes a runner shard's server cut off at their deadline (a peer reading too slowly or not at all): the connection was reset and the block being sent unpinned.", []string{labelDPRank, labelTPRank}, nil)
 	descPrefill     = prometheus.NewDesc(metricPrefillTokens, "Prompt tokens computed by prefill.", []string{labelDPRank}, nil)
 	descCached      = prometheus.NewDesc(metricCachedTokens, "Prompt tokens not computed, by where their KV came from: gpu prefix cache, local runner, or peer.", []string{labelDPRank, labelSource}, nil)
 	descPeer        = prometheus.NewDesc(metricPeerTokens, "Prompt tokens restored from blocks pulled from a peer runner.", []string{labelDPRank}, nil)
 )
 
 func (c *rankCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descGPUUsed, descGPUCached, descGPUTotal, descRunnerUsed, descRunnerTotal, descPrefill, descCached, descPeer} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descGPUUsed, descGPUCached, descGPUTotal, descRunnerUsed, descRunnerTotal, descRunnerExp, descPrefill, descCached, descPeer} {
 		ch <- d
 	}
 }
@@ -83,6 +84,7 @@ func (c *rankCollector) Collect(ch chan<- prometheus.Metric) {
 			rs := run.Stats()
 			gauge(descRunnerUsed, rs.Used, dp, strconv.Itoa(t))
 			gauge(descRunnerTotal, rs.Slots, dp, strconv.Itoa(t))
+			counter(descRunnerExp, rs.ServeExpired, dp, strconv.Itoa(t))
 		}
 	}
 }

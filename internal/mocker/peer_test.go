@@ -90,6 +90,8 @@ func TestPeerRestore(t *testing.T) {
 	}
 	assertMetric(t, fresh, metricHintOutcomes+`{outcome="failed"} 1`)
 	assertMetric(t, b, metricPeerTokens+`{dp_rank="0"} `+itoa(full))
+	// A served B's pull well within its runner server's fetch deadline.
+	assertMetric(t, a, metricRunnerExpired+`{dp_rank="0",tp_rank="0"} 0`)
 }
 
 // TestPeerBytesDecideOutput: a peer whose model seed differs holds other

@@ -108,6 +108,7 @@ const (
 	metricGPUTotal      = "kvrouter_mocker_gpu_kv_blocks_total"
 	metricRunnerUsed    = "kvrouter_mocker_runner_blocks_used"
 	metricRunnerTotal   = "kvrouter_mocker_runner_blocks_total"
+	metricRunnerExpired = "kvrouter_mocker_runner_serve_expired_total"
 	metricPrefillTokens = "kvrouter_mocker_prefill_tokens_computed_total"
 	metricCachedTokens  = "kvrouter_mocker_cached_tokens_total"
 	metricPeerTokens    = "kvrouter_mocker_peer_restored_tokens_total"

@@ -116,6 +116,10 @@ type Stats struct {
 	FetchMisses    uint64 `json:"fetch_misses"` // requested keys not made local
 	Abandoned      uint64 `json:"abandoned"`
 	InventoryEvent uint64 `json:"inventory_events"`
+	// ServeExpired counts peers' FETCHes this runner's Server cut off at
+	// TCPConfig.FetchTimeout (a slow or stalled reader; its connection
+	// was reset and its pin dropped).
+	ServeExpired uint64 `json:"serve_expired"`
 }
 
 // Runner is the thread-safe service around a Pool.
@@ -138,6 +142,7 @@ type Runner struct {
 	transfers                                int
 	fetches, fetched, fetchMisses, abandoned uint64
 	events                                   uint64
+	serveExpired                             uint64
 
 	emitMu sync.Mutex // serialises delivery so the sink sees commit order
 	wg     sync.WaitGroup
@@ -364,7 +369,15 @@ func (r *Runner) Stats() Stats {
 		FetchMisses:    r.fetchMisses,
 		Abandoned:      r.abandoned,
 		InventoryEvent: r.events,
+		ServeExpired:   r.serveExpired,
 	}
+}
+
+// countServeExpired counts a FETCH a Server cut off at its deadline.
+func (r *Runner) countServeExpired() {
+	r.mu.Lock()
+	r.serveExpired++
+	r.mu.Unlock()
 }
 
 // Close refuses new fetches and waits until every transfer has stopped, so

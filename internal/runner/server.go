@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 
 // Server answers peers' fetches from a Runner's pool: one per rank, on that
 // rank's control endpoint. Each block is sent under a pin, so eviction
-// cannot tear it mid-send; keys no longer held are answered MISSING.
+// cannot tear it mid-send; keys no longer held are answered MISSING. A
+// connection holds at most one pin at a time, and a FETCH holds pins only
+// until its FetchTimeout.
 type Server struct {
 	r   *Runner
 	cfg TCPConfig
@@ -208,7 +211,7 @@ func (s *Server) handshake(ss *session) error {
 	return nil
 }
 
-// serveFetch answers one FETCH.
+// serveFetch answers one FETCH, within FetchTimeout of reading it.
 func (s *Server) serveFetch(ss *session) error {
 	ss.conn.SetDeadline(time.Now().Add(s.cfg.IdleTimeout))
 	h, err := ss.readFrame()
@@ -223,8 +226,16 @@ func (s *Server) serveFetch(ss *session) error {
 		ss.conn.Write(appendError(nil, codeProtocol, err.Error()))
 		return err
 	}
+	// Like every other bound here, the deadline is the socket's: a send
+	// blocked past it fails at once, with no timer or goroutine of ours.
+	deadline := time.Now().Add(s.cfg.FetchTimeout)
 	ss.out = ss.out[:0]
-	for _, k := range ss.keys {
+	for i, k := range ss.keys {
+		now := time.Now()
+		if !now.Before(deadline) {
+			// Checked before pinning: nothing is pinned past the deadline.
+			return s.expire(ss, i)
+		}
 		slot, sum, known, ok := s.r.acquire(k)
 		if !ok {
 			ss.out = appendMissing(ss.out, k)
@@ -236,19 +247,59 @@ func (s *Server) serveFetch(ss *session) error {
 			sum = xxh3.Hash(data)
 		}
 		ss.out = appendBlockHead(ss.out, k, sum, ss.blockSz)
-		err := ss.send(data, s.cfg.IOTimeout)
+		dl, last := s.sendDeadline(now, deadline)
+		err := ss.send(data, dl)
+		// The one pin this FETCH holds is dropped whatever the send did.
 		s.r.releaseSlot(slot, sum, !known)
 		if err != nil {
+			if last && errors.Is(err, os.ErrDeadlineExceeded) {
+				return s.expire(ss, i)
+			}
 			return err
 		}
 	}
 	ss.out = appendHeader(ss.out, msgEnd, 0)
-	return ss.send(nil, s.cfg.IOTimeout)
+	dl, last := s.sendDeadline(time.Now(), deadline)
+	if err := ss.send(nil, dl); err != nil {
+		if last && errors.Is(err, os.ErrDeadlineExceeded) {
+			return s.expire(ss, len(ss.keys))
+		}
+		return err
+	}
+	return nil
 }
 
-// send writes the pending small frames and data in one writev.
-func (ss *session) send(data []byte, timeout time.Duration) error {
-	ss.conn.SetWriteDeadline(time.Now().Add(timeout))
+// sendDeadline bounds one send by IOTimeout from now, but never past the
+// FETCH's deadline; last reports that the FETCH's deadline is the bound.
+func (s *Server) sendDeadline(now, fetchDeadline time.Time) (dl time.Time, last bool) {
+	if dl = now.Add(s.cfg.IOTimeout); fetchDeadline.Before(dl) {
+		return fetchDeadline, true
+	}
+	return dl, false
+}
+
+// errFetchExpired ends a connection whose FETCH outlived FetchTimeout.
+var errFetchExpired = errors.New("fetch deadline exceeded")
+
+// expire counts a FETCH cut off at its deadline after answered of its keys
+// and makes its connection reset when serveConn closes it. A reset, not a
+// FIN: the peer may be mid-block, and the wire has no way to end a block
+// early, so it must see a failed stream (its reads fail; a truncated block
+// never passes its checksum), and the kernel drops the unsent bytes at
+// once instead of holding them for a peer that does not read.
+func (s *Server) expire(ss *session, answered int) error {
+	s.r.countServeExpired()
+	if tc, ok := ss.conn.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	s.log.Warn("peer fetch exceeded the server's fetch timeout; connection reset",
+		"peer", ss.conn.RemoteAddr(), "answered", answered, "keys", len(ss.keys), "fetch_timeout", s.cfg.FetchTimeout)
+	return fmt.Errorf("%w: %d of %d keys answered within %v", errFetchExpired, answered, len(ss.keys), s.cfg.FetchTimeout)
+}
+
+// send writes the pending small frames and data in one writev, by dl.
+func (ss *session) send(data []byte, dl time.Time) error {
+	ss.conn.SetWriteDeadline(dl)
 	ss.vec = append(ss.vecArr[:0], ss.out)
 	if data != nil {
 		ss.vec = append(ss.vec, data)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -24,6 +25,12 @@ const (
 	DefaultIOTimeout       = 5000 * time.Millisecond
 	DefaultIdleTimeout     = 2 * time.Minute
 	DefaultMaxConns        = 256
+
+	// slowLinkBytesPerSec is the rate FetchTimeout's default allows a FETCH
+	// of the most keys: 1 Gbit/s, below any data-center link runners pull
+	// over and below the 4.6–9.2 Gbit/s pulls reached in the routing
+	// benchmarks on a busy host, so an honest transfer is not cut short.
+	slowLinkBytesPerSec = 125_000_000
 )
 
 // TCPConfig configures both ends of the TCP peer protocol (see wire.go).
@@ -44,10 +51,18 @@ type TCPConfig struct {
 	DialTimeout    time.Duration // connect + handshake bound (default 1 s), within the fetch deadline
 	// Server side.
 	MaxKeysPerFetch int           // most keys one FETCH frame may name (default 4096)
-	IOTimeout       time.Duration // handshake and per-block write bound (default 5 s): caps how long a stalled reader pins a block
+	IOTimeout       time.Duration // handshake and per-block write bound (default 5 s): caps how long a stalled reader pins one block
 	IdleTimeout     time.Duration // an idle connection is closed after this (default 2 min)
 	MaxConns        int           // connections served at once (default 256)
-	Logger          *slog.Logger
+	// FetchTimeout bounds one FETCH as a whole, from when it is read to its
+	// END. IOTimeout bounds each block alone, so a peer reading just fast
+	// enough (a block per IOTimeout) could keep a block pinned for as long
+	// as it liked; at this deadline the server stops sending, drops its pin
+	// and resets the connection, so the peer sees a failed fetch, never a
+	// short one. 0 derives it from the limits, see defaultFetchTimeout;
+	// negative is an error (there is no "unbounded": set a large value).
+	FetchTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 func (c TCPConfig) withDefaults() (TCPConfig, error) {
@@ -75,10 +90,33 @@ func (c TCPConfig) withDefaults() (TCPConfig, error) {
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
 	}
+	switch {
+	case c.FetchTimeout < 0:
+		return c, fmt.Errorf("%w: FetchTimeout %v is negative; set 0 for the default derived from MaxKeysPerFetch and BlockBytes, or a positive bound", ErrConfig, c.FetchTimeout)
+	case c.FetchTimeout == 0:
+		c.FetchTimeout = defaultFetchTimeout(c.MaxKeysPerFetch, c.BlockBytes, c.IOTimeout)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// defaultFetchTimeout is what a FETCH of maxKeys blocks of blockBytes
+// should take on a slow link (slowLinkBytesPerSec), plus ioTimeout, the
+// bound a single block already gets, as slack for a first block that waits
+// on the socket. With the defaults and Qwen3-32B's 4 MiB blocks that is
+// 4096 × 4 MiB at 1 Gbit/s + 5 s ≈ 142 s; with 1 KiB blocks ≈ 5 s. Honest
+// clients end far sooner (a runner's Fetch closes its connection at its
+// OperationTimeout), so this only bounds peers that hold blocks on purpose
+// or by a bug. It saturates rather than overflow a Duration.
+func defaultFetchTimeout(maxKeys, blockBytes int, ioTimeout time.Duration) time.Duration {
+	// Per block first: blockBytes < 2^31, so this cannot overflow.
+	perBlock := time.Duration(blockBytes) * time.Second / slowLinkBytesPerSec
+	if perBlock > 0 && time.Duration(maxKeys) > (math.MaxInt64-ioTimeout)/perBlock {
+		return math.MaxInt64
+	}
+	return ioTimeout + time.Duration(maxKeys)*perBlock
 }
 
 // TCPTransport pulls blocks from peers' Servers over TCP, keeping a few

@@ -170,8 +170,9 @@ func TestFetch(t *testing.T) {
 	if st := dst.Stats(); st.FetchedBlocks != 9 || st.Fetches != 3 {
 		t.Fatalf("stats %+v", st)
 	}
-	if st := src.r.Stats(); st.Pinned != 0 {
-		t.Fatalf("source left pins: %+v", st)
+	// Every FETCH ended well within its deadline.
+	if st := src.r.Stats(); st.Pinned != 0 || st.ServeExpired != 0 {
+		t.Fatalf("source left pins or cut a fetch off: %+v", st)
 	}
 }
 
