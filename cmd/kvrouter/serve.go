@@ -49,6 +49,10 @@ Workers come from two places:
   replay=tcp://H:P      its replay endpoint, to heal sequence gaps
   block_size=N          KV block size in tokens (default 16; must match the engine)
   dp=N                  data-parallel ranks (default 1)
+  tp=N                  tensor-parallel ranks per DP rank (default 1; engine=sglang
+                        only): give it when the engine's runners report each TP
+                        rank's shard apart (topic <topic>|kvcr-tp<rank>); a block
+                        counts as the rank's runner's only while every shard holds it
   type=aggregated|prefill|decode   the worker reads kv.fetch hints as this type
   id=ID                 default: the url's host:port
   model=M               default: what its /v1/models answers (retried until it does)

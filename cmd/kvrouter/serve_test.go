@@ -17,6 +17,7 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"--worker", "url=ftp://h:1"}, []string{"--worker", "url"}},
 		{[]string{"--worker", "url=http://h:1,events=tcp://*:5557"}, []string{"--worker", "events=tcp://*:5557", "dials"}},
 		{[]string{"--worker", "url=http://h:1", "--worker", "url=http://h:1"}, []string{"--worker id", "h:1", "id="}},
+		{[]string{"--worker", "url=http://h:1,tp=2"}, []string{"--worker", "tp=2", "engine=sglang"}},
 		{[]string{"--hint-policy", "always"}, []string{"--hint-policy", "always"}},
 		{[]string{"--hint-policy", "min-blocks", "--hint-min-blocks", "0"}, []string{"--hint-min-blocks"}},
 		{[]string{"--hint-bandwidth-gbps", "0"}, []string{"--hint-bandwidth-gbps"}},
@@ -66,7 +67,7 @@ func TestServeHelp(t *testing.T) {
 			t.Errorf("--help does not explain --%s", flag)
 		}
 	}
-	for _, key := range []string{"url=", "events=", "replay=", "block_size=", "dp=", "type=", "id=", "model=", "engine=", "hint="} {
+	for _, key := range []string{"url=", "events=", "replay=", "block_size=", "dp=", "tp=", "type=", "id=", "model=", "engine=", "hint="} {
 		if !strings.Contains(out.String(), key) {
 			t.Errorf("--help does not explain the --worker key %s", key)
 		}

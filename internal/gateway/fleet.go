@@ -86,7 +86,7 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 		f.Log.Error("worker: no sink", "worker", spec.ID, "err", err)
 		return
 	}
-	in := &ingest{id: spec.ID, dp: spec.DP, sglang: spec.Engine == router.EngineSGLang, sink: sink, m: f.Metrics, log: f.Log, now: f.Now}
+	in := newEngineIngest(spec, sink, f.Metrics, f.Log, f.Now)
 	var wg sync.WaitGroup
 	for rank := range spec.DP {
 		wg.Go(func() { f.follow(ctx, spec, in, rank) })
@@ -199,7 +199,7 @@ func (f *Fleet) bound(topic string) *ingest {
 		return nil
 	}
 	f.Log.Info("worker: events arrive on --events-bind; leaving approximate mode", "worker", fw.spec.ID, "topic", topic)
-	fw.in = &ingest{id: fw.spec.ID, dp: fw.spec.DP, sglang: fw.spec.Engine == router.EngineSGLang, sink: sink, m: f.Metrics, log: f.Log, now: f.Now}
+	fw.in = newEngineIngest(fw.spec, sink, f.Metrics, f.Log, f.Now)
 	return fw.in
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	// Named apart from the tests' fake agent.
+	stateagent "kvrouter/internal/agent"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
@@ -25,6 +27,7 @@ const fullAttention = "full_attention"
 type ingest struct {
 	id string
 	dp int
+	tp int // TP ranks per DP rank: above 1, runner inventory comes per shard
 	// sglang: the worker is known to run SGLang, whose stores all name
 	// their salt, so none is inherited (and no map of salted blocks kept).
 	sglang bool
@@ -42,6 +45,22 @@ type ingest struct {
 	mu     sync.Mutex
 	groups kvevents.GroupKinds // the worker's, shared by its ranks
 	salts  map[int]kvevents.SaltChains
+	// With tp > 1, per DP rank, its TP shards' runner inventories folded
+	// into its cache owner's: a peer pulling a block needs every shard.
+	aggs []*stateagent.Aggregator
+}
+
+// newEngineIngest returns the ingest of spec's events into sink.
+func newEngineIngest(spec WorkerSpec, sink *router.Sink, m *Metrics, log *slog.Logger, now func() time.Time) *ingest {
+	in := &ingest{id: spec.ID, dp: spec.DP, tp: max(spec.TP, 1), sglang: spec.Engine == router.EngineSGLang,
+		sink: sink, m: m, log: log, now: now}
+	if in.tp > 1 {
+		in.aggs = make([]*stateagent.Aggregator, in.dp)
+		for r := range in.aggs {
+			in.aggs[r] = stateagent.NewAggregator(in.tp)
+		}
+	}
+	return in
 }
 
 // lineage gives ev what it needs from the rank's earlier events: false
@@ -70,7 +89,7 @@ func (in *ingest) lineage(rank int, ev *kvevents.Event) bool {
 func (in *ingest) handle(it kvstream.Item, rank int) {
 	switch v := it.(type) {
 	case kvstream.Message:
-		in.batch(v.Payload, rank)
+		in.batch(v, rank)
 	case kvstream.Gap:
 		if v.Healed {
 			in.setReady(rank, true)
@@ -124,12 +143,16 @@ func (in *ingest) clear(rank int) {
 	in.mu.Lock()
 	for _, r := range in.ranks(rank) {
 		delete(in.salts, r)
+		if in.aggs != nil {
+			// The owner was cleared with it: the shards start over too.
+			in.aggs[r].Reset()
+		}
 	}
 	in.mu.Unlock()
 }
 
-func (in *ingest) batch(payload []byte, rank int) {
-	b, err := in.dec.Decode(payload)
+func (in *ingest) batch(m kvstream.Message, rank int) {
+	b, err := in.dec.Decode(m.Payload)
 	if err != nil {
 		// Its removals are lost with it: the ranks it may concern start
 		// over, as after a loss.
@@ -155,6 +178,27 @@ func (in *ingest) batch(payload []byte, rank int) {
 		in.warnOnce("rank", "events: batch names a DP rank outside the worker's dp=", "rank", rank, "dp", in.dp)
 		return
 	}
+	// Replay frames carry no topic: kvstream stamps a replayed batch with
+	// the topic of the live message that opened its gap, so its shard is
+	// unknown.
+	tp, shard := 0, false
+	if !m.Replayed {
+		_, tp, shard = kvevents.ParseRunnerShardTopic(m.Topic)
+	}
+	if shard && (in.aggs == nil || tp >= in.tp) {
+		// One shard's runner inventory is not the rank's: applied to the
+		// owner it would offer blocks other shards lack.
+		in.m.eventDropped.WithLabelValues("tp_shard").Add(float64(len(b.Events)))
+		if in.aggs == nil {
+			in.warnOnce("tp_shard", "events: the engine reports runner inventory per TP rank; dropping it until the worker says how many: set tp= (the engine's tensor-parallel size) in --worker, or run the state agent (kvrouter agent) beside the engine",
+				"topic", m.Topic)
+		} else {
+			in.warnOnce("tp_shard", "events: a runner shard topic names a TP rank beyond the worker's tp=; dropping it: set tp= in --worker to the engine's tensor-parallel size",
+				"topic", m.Topic, "tp", in.tp)
+		}
+		return
+	}
+	owner := index.CacheOwner(FlagOwner(in.id, rank))
 	for _, ev := range b.Events {
 		if !in.lineage(rank, &ev) {
 			in.m.eventDropped.WithLabelValues("kv_group").Inc()
@@ -169,23 +213,68 @@ func (in *ingest) batch(payload []byte, rank int) {
 			in.m.eventDropped.WithLabelValues(reason).Inc()
 			continue
 		}
-		src := index.WorkerRank(in.id, rank)
-		if ev.Ownership == kvevents.OwnedByRunner {
-			src = index.CacheOwner(FlagOwner(in.id, rank))
-		}
-		if err := in.sink.Apply(src, []index.Op{op}); err != nil {
-			switch {
-			case errors.Is(err, index.ErrUnknownParent):
-				// Blocks stored under a parent from before the router
-				// joined; they become known as prefixes come round again.
-				in.m.eventDropped.WithLabelValues("unknown_parent").Inc()
-			case errors.Is(err, index.ErrBlockSize):
-				in.m.eventDropped.WithLabelValues("block_size").Inc()
-				in.warnOnce("block_size", "events: the engine's block size differs from the worker's; set block_size= in --worker",
-					"err", err)
-			default:
-				in.m.eventDropped.WithLabelValues("rejected").Inc()
+		switch {
+		case !shard && ev.Ownership != kvevents.OwnedByRunner:
+			in.apply(index.WorkerRank(in.id, rank), op)
+		case in.aggs == nil:
+			in.apply(owner, op)
+		case shard:
+			in.fold(rank, tp, owner, op)
+		case op.Kind == index.OpStore:
+			// Runner inventory without its shard (replayed, or on the
+			// plain topic): leaving one shard's store out only
+			// under-reports the rank.
+			in.m.eventDropped.WithLabelValues("unattributed").Inc()
+		default:
+			// A removal or clear of an unknown shard withdraws the blocks
+			// from every shard: under-reporting is safe, keeping a block a
+			// shard dropped is not.
+			for t := range in.tp {
+				in.fold(rank, t, owner, op)
 			}
+		}
+	}
+}
+
+// fold feeds op of TP shard tp to the rank's aggregator and applies what
+// the owner gains or loses.
+func (in *ingest) fold(rank, tp int, owner index.Source, op index.Op) {
+	in.mu.Lock()
+	out, err := in.aggs[rank].Apply(tp, op)
+	in.mu.Unlock()
+	if err != nil {
+		reason := "rejected"
+		if errors.Is(err, index.ErrUnknownParent) {
+			// Stored under a parent from before the router joined, as
+			// below.
+			reason = "unknown_parent"
+		}
+		in.m.eventDropped.WithLabelValues(reason).Inc()
+		return
+	}
+	for _, o := range out {
+		if o.Kind == index.OpStore {
+			// The folded store has identities, not the event's tokens: it
+			// keeps the event's block size for the index to check.
+			o.BlockSize = op.BlockSize
+		}
+		in.apply(owner, o)
+	}
+}
+
+func (in *ingest) apply(src index.Source, op index.Op) {
+	if err := in.sink.Apply(src, []index.Op{op}); err != nil {
+		switch {
+		case errors.Is(err, index.ErrUnknownParent):
+			// Blocks stored under a parent from before the router
+			// joined; they become known as prefixes come round again.
+			in.m.eventDropped.WithLabelValues("unknown_parent").Inc()
+		case errors.Is(err, index.ErrBlockSize):
+			in.m.eventDropped.WithLabelValues("block_size").Inc()
+			in.warnOnce("block_size", "events: the engine's block size differs from the worker's; set block_size= in --worker",
+				"err", err)
+		default:
+			in.m.eventDropped.WithLabelValues("rejected").Inc()
 		}
 	}
 }

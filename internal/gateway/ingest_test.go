@@ -1,33 +1,40 @@
 package gateway
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
 )
 
-// newIngest is one vLLM worker's direct event ingest into a router of its
-// own, and a function that returns how many blocks of toks, under salt,
-// the worker holds.
-func newIngest(t *testing.T) (*ingest, func(toks []uint32, salt string) int) {
+// newIngest is the direct event ingest of one worker, a vLLM one unless
+// keys (more --worker keys) say otherwise, into a router of its own, and a
+// function that returns how many blocks of toks, under salt, the worker's
+// rank 0 holds, its runner's included.
+func newIngest(t *testing.T, keys string) (*ingest, func(toks []uint32, salt string) int) {
 	t.Helper()
 	r, err := router.New(router.Config{Weights: schedule.DefaultWeights(),
 		Policy: func(int) (hints.Policy, error) { return hints.MinBlocks(1), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Upsert(router.Worker{ID: "w", Model: "m", URL: "http://w", Engine: router.EngineVLLM, BlockSize: testBS, DPSize: 1, Mode: router.ModeEvents}, time.Now()); err != nil {
+	spec, err := ParseWorkerSpec("url=http://w,id=w,block_size=" + strconv.Itoa(testBS) + keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Upsert(spec.Worker("m", true), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	sink, err := r.Sink("w")
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &ingest{id: "w", dp: 1, sink: sink, m: NewMetrics(r.Stats), log: quiet(), now: time.Now}
+	in := newEngineIngest(spec, sink, NewMetrics(r.Stats), quiet(), time.Now)
 	in.setReady(0, true)
 	held := func(toks []uint32, salt string) int {
 		d, err := r.Decide(router.Request{Model: "m", Tokens: toks, Salt: salt})
@@ -41,19 +48,47 @@ func newIngest(t *testing.T) (*ingest, func(toks []uint32, salt string) int) {
 
 func (in *ingest) send(t *testing.T, evs ...kvevents.Event) {
 	t.Helper()
+	in.handle(batchOn(t, "", evs...), 0)
+}
+
+// batchOn is a live batch of evs on topic.
+func batchOn(t *testing.T, topic string, evs ...kvevents.Event) kvstream.Message {
+	t.Helper()
 	enc := kvevents.Encoder{Format: kvevents.VLLMMap}
 	b, err := enc.Encode(kvevents.Batch{TS: 1, Events: evs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.batch(b, 0)
+	return kvstream.Message{Topic: topic, Payload: b}
+}
+
+// dropped is the ingest's count of events dropped for reason.
+func (in *ingest) dropped(t *testing.T, reason string) float64 {
+	t.Helper()
+	mfs, err := in.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kvrouter_events_dropped_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // TestIngestHybridGroups: a hybrid model's groups share block hashes, and
 // vLLM's removals name the group only: a sliding-window group's removal
 // leaves the full-attention group's block, the full group's own removes it.
 func TestIngestHybridGroups(t *testing.T) {
-	in, held := newIngest(t)
+	in, held := newIngest(t, "")
 	toks := prompt(41, 3)
 	full, window := stored(toks, kvevents.TierDevice, "GPU"), stored(toks, kvevents.TierDevice, "GPU")
 	full.SpecKind, window.SpecKind, window.GroupIdx = fullAttention, "sliding_window", 1
@@ -77,13 +112,13 @@ func TestIngestHybridGroups(t *testing.T) {
 // TestIngestUndecodableBatch: a batch that does not decode may have held
 // removals, so what the router knew of the rank is dropped.
 func TestIngestUndecodableBatch(t *testing.T) {
-	in, held := newIngest(t)
+	in, held := newIngest(t, "")
 	toks := prompt(42, 2)
 	in.send(t, stored(toks, kvevents.TierDevice, "GPU"))
 	if got := held(toks, ""); got != 2 {
 		t.Fatalf("after the store the worker holds %d blocks, want 2", got)
 	}
-	in.batch([]byte{0x93, 0xc3}, 0) // an array of three whose timestamp is a bool
+	in.handle(kvstream.Message{Payload: []byte{0x93, 0xc3}}, 0) // an array of three whose timestamp is a bool
 	if got := held(toks, ""); got != 0 {
 		t.Fatalf("after a batch that does not decode the worker holds %d blocks, want 0", got)
 	}
@@ -93,7 +128,7 @@ func TestIngestUndecodableBatch(t *testing.T) {
 // what is stored under a salted root carries it, so a salted request
 // matches both stores and an unsalted one neither.
 func TestIngestVLLMSalt(t *testing.T) {
-	in, held := newIngest(t)
+	in, held := newIngest(t, "")
 	toks := prompt(43, 4)
 	root, child := stored(toks[:2*testBS], kvevents.TierDevice, "GPU"), stored(toks[2*testBS:], kvevents.TierDevice, "GPU")
 	root.CacheSalt = "tenant-a"
@@ -102,5 +137,83 @@ func TestIngestVLLMSalt(t *testing.T) {
 	in.send(t, root, child)
 	if a, none := held(toks, "tenant-a"), held(toks, ""); a != 4 || none != 0 {
 		t.Fatalf("a salted root and a store under it: %d blocks match the salt, %d none; want 4 and 0", a, none)
+	}
+}
+
+// TestIngestTPShards: with tp > 1 each TP rank's runner reports its shard
+// of the rank's runner inventory on a topic of its own, and a peer pulling
+// a block needs every shard: the cache owner holds a block only while all
+// TP ranks do.
+func TestIngestTPShards(t *testing.T) {
+	const topic = "kv"
+	toks := prompt(44, 3)
+	hashes := engineHashes(toks, "")
+	store := stored(toks, kvevents.TierExternal, "EXTERNAL")
+	store.Ownership = kvevents.OwnedByRunner
+	remove := kvevents.Event{Kind: kvevents.KindRemoved, BlockHashes: hashes[1:], Tier: kvevents.TierExternal,
+		Medium: "EXTERNAL", Ownership: kvevents.OwnedByRunner}
+	on := func(tp int, ev kvevents.Event) kvstream.Message {
+		return batchOn(t, kvevents.RunnerShardTopic(topic, tp), ev)
+	}
+	// Replay frames carry no topic: kvstream stamps the topic of the live
+	// message that opened the gap, maybe another shard's.
+	replayed := func(ev kvevents.Event) kvstream.Message {
+		m := on(0, ev)
+		m.Replayed = true
+		return m
+	}
+	steps := []struct {
+		what string
+		it   kvstream.Item
+		want int // blocks of toks held
+	}{
+		{"TP rank 0 stores", on(0, store), 0},
+		{"TP rank 1 stores", on(1, store), 3},
+		{"TP rank 0 stores again", on(0, store), 3},
+		{"TP rank 1 removes", on(1, remove), 1},
+		{"a replayed store of an unknown shard", replayed(store), 1},
+		{"TP rank 1 stores again", on(1, store), 3},
+		{"a replayed removal of an unknown shard", replayed(remove), 1},
+		{"TP rank 0 stores again", on(0, store), 1},
+		{"TP rank 1 stores again", on(1, store), 3},
+		{"the engine restarts", kvstream.Restart{Key: "kv", OldSeq: 9, NewSeq: 0}, 0},
+		{"TP rank 1 stores in the new process", on(1, store), 0},
+		{"TP rank 0 stores in the new process", on(0, store), 3},
+		{"a runner store on the plain topic names no shard", batchOn(t, topic, store), 3},
+		{"a shard topic beyond tp=", on(2, remove), 3},
+	}
+	in, held := newIngest(t, ",engine=sglang,tp=2")
+	for _, st := range steps {
+		in.handle(st.it, 0)
+		if got := held(toks, ""); got != st.want {
+			t.Fatalf("after %s the worker holds %d blocks, want %d", st.what, got, st.want)
+		}
+	}
+	if got := in.dropped(t, "tp_shard"); got != 1 {
+		t.Fatalf("%v events dropped for their shard topic, want 1", got)
+	}
+}
+
+// TestIngestTPShardUndeclared: a worker whose --worker has no tp= cannot
+// fold the shards its engine reports; one shard's inventory would pass for
+// the rank's, so shard topics are dropped and counted.
+func TestIngestTPShardUndeclared(t *testing.T) {
+	toks := prompt(45, 2)
+	store := stored(toks, kvevents.TierExternal, "EXTERNAL")
+	store.Ownership = kvevents.OwnedByRunner
+	in, held := newIngest(t, ",engine=sglang")
+	for tp := range 2 {
+		in.handle(batchOn(t, kvevents.RunnerShardTopic("kv", tp), store), 0)
+	}
+	if got := held(toks, ""); got != 0 {
+		t.Fatalf("after both shards' stores the worker holds %d blocks, want 0", got)
+	}
+	if got := in.dropped(t, "tp_shard"); got != 2 {
+		t.Fatalf("%v events dropped for their shard topic, want 2", got)
+	}
+	// The engine's own events still count.
+	in.handle(batchOn(t, "kv", stored(toks, kvevents.TierDevice, "GPU")), 0)
+	if got := held(toks, ""); got != 2 {
+		t.Fatalf("after a store on the plain topic the worker holds %d blocks, want 2", got)
 	}
 }

@@ -28,6 +28,10 @@ type WorkerSpec struct {
 	Replay    string // its replay ROUTER; "" for none
 	BlockSize int
 	DP        int
+	// TP is the tensor-parallel ranks per DP rank. Above 1, each TP rank's
+	// runner reports its shard of the rank's runner inventory on a topic of
+	// its own (kvevents.RunnerShardTopic) and the shards are folded.
+	TP        int
 	Type      hints.WorkerType // TypeUnknown: not a hint target
 	Model     string           // "" asks the worker's /v1/models
 	Engine    string
@@ -41,6 +45,7 @@ const (
 	wkReplay    = "replay"
 	wkBlockSize = "block_size"
 	wkDP        = "dp"
+	wkTP        = "tp"
 	wkType      = "type"
 	wkID        = "id"
 	wkModel     = "model"
@@ -49,9 +54,9 @@ const (
 )
 
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
-// [,block_size=N][,dp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P].
+// [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P].
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
-	spec := WorkerSpec{BlockSize: DefaultBlockSize, DP: 1, Engine: router.EngineVLLM}
+	spec := WorkerSpec{BlockSize: DefaultBlockSize, DP: 1, TP: 1, Engine: router.EngineVLLM}
 	seen := map[string]bool{}
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
@@ -74,6 +79,8 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			spec.BlockSize, err = positive(v)
 		case wkDP:
 			spec.DP, err = positive(v)
+		case wkTP:
+			spec.TP, err = positive(v)
 		case wkType:
 			spec.Type, err = hints.ParseWorkerType(v)
 		case wkID:
@@ -90,7 +97,7 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			p, err = parsePlacement(v)
 			spec.Placement = &p
 		default:
-			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, type, id, model, engine, hint")
+			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint")
 		}
 		if err != nil {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", ErrWorkerFlag, s, k, err)
@@ -111,6 +118,13 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	}
 	if spec.Replay != "" && spec.Events == "" {
 		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", ErrWorkerFlag, s)
+	}
+	if spec.TP > 1 && spec.Engine != router.EngineSGLang {
+		// vLLM's runner connector reports through the engine core's
+		// scheduler, which speaks for all its TP workers: one inventory,
+		// on the plain topic, that per-shard folding would drop.
+		return WorkerSpec{}, fmt.Errorf("%w %q: tp=%d: engine=%s reports one runner inventory for all its TP ranks; leave tp= out (tp>1 is for engine=sglang, whose runners report per TP rank)",
+			ErrWorkerFlag, s, spec.TP, spec.Engine)
 	}
 	return spec, nil
 }
