@@ -199,8 +199,12 @@ func (c *Core) message(r *rank, m kvstream.Message) {
 		r.seen = true
 		r.complete = m.Seq == 0
 	}
-	key := kvstream.TopicKey(m.Topic)
-	if epoch := m.Topic[len(key):]; !m.Replayed && epoch != r.epoch {
+	// A runner shard's suffix follows the engine's whole topic, SGLang's
+	// epoch suffix included: it comes off first, or it would read as part
+	// of the epoch and every shard batch as a new one.
+	base, tp, shard := kvevents.ParseRunnerShardTopic(m.Topic)
+	key := kvstream.TopicKey(base)
+	if epoch := base[len(key):]; !m.Replayed && epoch != r.epoch {
 		if r.epoch != "" {
 			c.log.Info("agent: engine publisher epoch changed, rebuilding the rank's inventory", "dp_rank", r.dp)
 			c.reset(r, ResetEpoch)
@@ -219,9 +223,8 @@ func (c *Core) message(r *rank, m kvstream.Message) {
 	// A replayed batch comes without its topic (SPEC 2.1 replay frames):
 	// kvstream stamps the topic of the live message that opened the gap, so
 	// its TP shard is unknown.
-	tp, shard := 0, false
-	if !m.Replayed {
-		_, tp, shard = kvevents.ParseRunnerShardTopic(key)
+	if m.Replayed {
+		tp, shard = 0, false
 	}
 	p, reason, err := c.plan(r, b, tp, shard)
 	if err != nil {

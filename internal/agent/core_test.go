@@ -202,26 +202,33 @@ func TestRefusedTopologyRelaysWorkerInventoryOnly(t *testing.T) {
 	}
 }
 
+// TestTP2Shards folds a TP 2 rank's runner shards; an SGLang publisher may
+// also name its epoch, which the shard suffix follows.
 func TestTP2Shards(t *testing.T) {
-	h := newHarness(t, sglang, "sglang_linker_tp2")
-	shard := func(tp int) string { return kvevents.RunnerShardTopic(h.topic, tp) }
-	h.feed(0, h.msg(0, shard(0), h.ev("store", true, "A", "B")))
-	h.expect("ready:w0 ready:o0", "o0=", "o0 w0")
-	h.feed(0, h.msg(0, shard(1), h.ev("store", true, "A")))
-	h.expect("ops:o0", "o0=A@3", "o0 w0")
-	h.feed(0, h.msg(0, shard(1), h.ev("store", true, "B")))
-	h.expect("ops:o0", "o0=A@3 B@3", "o0 w0")
-	// Runner inventory on the plain topic names no shard: a store is left
-	// out, a removal withdraws the block from every shard.
-	h.feed(0, h.msg(0, "", h.ev("store", true, "X"), h.ev("remove", true, "B")))
-	h.expect("ops:o0", "o0=A@3", "o0 w0")
-	h.feed(0, h.msg(0, shard(1), h.ev("remove", true, "A")))
-	h.expect("ops:o0", "o0=", "o0 w0")
-	h.feed(0, h.msg(0, shard(2), h.ev("store", true, "A")))
-	h.expect("", "o0=", "o0 w0")
-	st := h.core.Stats()
-	if st.Rejected[RejectTopic] != 1 || st.Dropped[DropUnattributed] != 1 {
-		t.Fatalf("stats %+v", st)
+	for _, epoch := range []string{"", "\x00sgl-kv-epoch=3"} {
+		t.Run(fmt.Sprintf("epoch %q", epoch), func(t *testing.T) {
+			h := newHarness(t, sglang, "sglang_linker_tp2")
+			plain := h.topic + epoch
+			shard := func(tp int) string { return kvevents.RunnerShardTopic(plain, tp) }
+			h.feed(0, h.msg(0, shard(0), h.ev("store", true, "A", "B")))
+			h.expect("ready:w0 ready:o0", "o0=", "o0 w0")
+			h.feed(0, h.msg(0, shard(1), h.ev("store", true, "A")))
+			h.expect("ops:o0", "o0=A@3", "o0 w0")
+			h.feed(0, h.msg(0, shard(1), h.ev("store", true, "B")))
+			h.expect("ops:o0", "o0=A@3 B@3", "o0 w0")
+			// Runner inventory on the plain topic names no shard: a store is left
+			// out, a removal withdraws the block from every shard.
+			h.feed(0, h.msg(0, plain, h.ev("store", true, "X"), h.ev("remove", true, "B")))
+			h.expect("ops:o0", "o0=A@3", "o0 w0")
+			h.feed(0, h.msg(0, shard(1), h.ev("remove", true, "A")))
+			h.expect("ops:o0", "o0=", "o0 w0")
+			h.feed(0, h.msg(0, shard(2), h.ev("store", true, "A")))
+			h.expect("", "o0=", "o0 w0")
+			st := h.core.Stats()
+			if st.Rejected[RejectTopic] != 1 || st.Dropped[DropUnattributed] != 1 || st.Resets[ResetEpoch] != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
 	}
 }
 
