@@ -154,6 +154,23 @@ func nextItem(t testing.TB, out <-chan Item) Item {
 
 var probePayload = []byte("probe")
 
+// nextMessage returns the next Message that is not a probe, failing on
+// any other item.
+func nextMessage(t testing.TB, out <-chan Item) Message {
+	t.Helper()
+	for {
+		it := nextItem(t, out)
+		if isProbe(it) {
+			continue
+		}
+		m, ok := it.(Message)
+		if !ok {
+			t.Fatalf("unexpected %s", itemString(it))
+		}
+		return m
+	}
+}
+
 func isProbe(it Item) bool {
 	m, ok := it.(Message)
 	return ok && bytes.Equal(m.Payload, probePayload)

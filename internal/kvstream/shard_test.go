@@ -51,20 +51,12 @@ func TestBindModeRunnerShardTopics(t *testing.T) {
 		}
 	}
 	got := map[string][]uint64{}
-	for n := 0; n < 4*len(engines); {
-		it := nextItem(t, out)
-		if isProbe(it) {
-			continue
-		}
-		m, ok := it.(Message)
-		if !ok {
-			t.Fatalf("unexpected %s", itemString(it))
-		}
+	for range 4 * len(engines) {
+		m := nextMessage(t, out)
 		if m.Topic != string(m.Payload) {
 			t.Errorf("%s: topic %q carries the batch of %q", itemString(m), m.Topic, m.Payload)
 		}
 		got[m.Key] = append(got[m.Key], m.Seq)
-		n++
 	}
 	for _, e := range engines {
 		if want := []uint64{0, 1, 2, 3}; !slices.Equal(got[e.key], want) {

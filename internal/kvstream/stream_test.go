@@ -139,14 +139,7 @@ func TestBindModeTwoPublishers(t *testing.T) {
 	}
 	got := map[string][]uint64{}
 	for len(got[ta]) < 20 || len(got[tb]) < 20 {
-		it := nextItem(t, out)
-		if isProbe(it) {
-			continue
-		}
-		m, ok := it.(Message)
-		if !ok {
-			t.Fatalf("unexpected %s", itemString(it))
-		}
+		m := nextMessage(t, out)
 		got[m.Key] = append(got[m.Key], m.Seq)
 	}
 	for _, k := range []string{ta, tb} {

@@ -1,8 +1,6 @@
 package mocker
 
 import (
-	"encoding/json"
-	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,16 +55,7 @@ func TestStepTiming(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			done := make(chan completion, 1)
-			body := jsonBody(t, map[string]any{"prompt": prompt, "max_tokens": 2})
-			go func() {
-				var out completion
-				if resp, err := http.Post(e.URL()+pathCompletions, contentJSON, body); err == nil {
-					_ = json.NewDecoder(resp.Body).Decode(&out)
-					resp.Body.Close()
-				}
-				done <- out
-			}()
+			done := postAsync(t, e, map[string]any{"prompt": prompt, "max_tokens": 2})
 			for i, want := range c.waits {
 				w := <-clock.waits
 				if w.d != want {
@@ -112,16 +101,7 @@ func TestStepTimingCountsRealWork(t *testing.T) {
 				cfg.Clock, cfg.Speedup = clock, 2
 				cfg.PrefillPerToken, cfg.DecodePerToken, cfg.RestorePerToken = 100*time.Microsecond, 10*time.Millisecond, 0
 			})
-			done := make(chan completion, 1)
-			body := jsonBody(t, map[string]any{"prompt": prompt, "max_tokens": 2})
-			go func() {
-				var out completion
-				if resp, err := http.Post(e.URL()+pathCompletions, contentJSON, body); err == nil {
-					_ = json.NewDecoder(resp.Body).Decode(&out)
-					resp.Body.Close()
-				}
-				done <- out
-			}()
+			done := postAsync(t, e, map[string]any{"prompt": prompt, "max_tokens": 2})
 			if c.cold > 0 {
 				for i, sim := range []time.Duration{c.cold, 10 * time.Millisecond / 2} {
 					w := <-clock.waits

@@ -92,6 +92,22 @@ func startEngine(t testing.TB, mut func(*Config)) *Engine {
 	return e
 }
 
+// postAsync posts a completion request in the background; the channel
+// gets the answer (zero when the request failed).
+func postAsync(t testing.TB, e *Engine, body map[string]any) <-chan completion {
+	done := make(chan completion, 1)
+	r := jsonBody(t, body)
+	go func() {
+		var out completion
+		if resp, err := http.Post(e.URL()+pathCompletions, contentJSON, r); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&out)
+			resp.Body.Close()
+		}
+		done <- out
+	}()
+	return done
+}
+
 // completion is the part of a completions or chat answer tests look at.
 type completion struct {
 	Choices []struct {

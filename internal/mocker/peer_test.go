@@ -269,21 +269,8 @@ func TestPullSetupClock(t *testing.T) {
 	tokens := tokenize(t, a, prompt)
 	complete(t, a, peerBody(prompt, nil))
 
-	send := func(body map[string]any) chan completion {
-		done := make(chan completion, 1)
-		r := jsonBody(t, body)
-		go func() {
-			var out completion
-			if resp, err := http.Post(b.URL()+pathCompletions, contentJSON, r); err == nil {
-				_ = json.NewDecoder(resp.Body).Decode(&out)
-				resp.Body.Close()
-			}
-			done <- out
-		}()
-		return done
-	}
 	// finish lets every later wait elapse at once.
-	finish := func(done chan completion) completion {
+	finish := func(done <-chan completion) completion {
 		for {
 			select {
 			case w := <-clock.waits:
@@ -294,7 +281,7 @@ func TestPullSetupClock(t *testing.T) {
 		}
 	}
 
-	done := send(peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
+	done := postAsync(t, b, peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
 	w := <-clock.waits
 	if want := 300 * time.Millisecond / 4; w.d != want {
 		t.Fatalf("first wait %v, want the pull setup %v", w.d, want)
@@ -310,7 +297,7 @@ func TestPullSetupClock(t *testing.T) {
 	// Without a hint the first wait is the prefill step, not a setup.
 	other := longPrompt(t, a, "no hint", 100)
 	n := len(tokenize(t, b, other))
-	done = send(peerBody(other, nil))
+	done = postAsync(t, b, peerBody(other, nil))
 	w = <-clock.waits
 	if want := (10*time.Millisecond + time.Duration(n)*100*time.Microsecond) / 4; w.d != want {
 		t.Fatalf("first wait %v, want the prefill step %v", w.d, want)
