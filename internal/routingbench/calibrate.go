@@ -120,6 +120,19 @@ func FitPulls(probes []Probe, blockBytes int) (setup time.Duration, gbps float64
 	return setup, gbps, nil
 }
 
+// slowEngines is how far below their configured speed the probes saw the
+// engines recompute. An engine's real work per step (filling, copying and
+// hashing KV bytes) is part of its simulated time, so it keeps its speed
+// unless the host cannot give it the CPU; 10% short is where a run
+// compares the policies on a slower cluster than the one configured.
+func (c Calibration) slowEngines() (share float64, slow bool) {
+	if c.MeasuredPrefillTokensPerS <= 0 || c.PrefillTokensPerS <= 0 {
+		return 0, false
+	}
+	share = c.MeasuredPrefillTokensPerS / c.PrefillTokensPerS
+	return share, share < 0.9
+}
+
 // FitPrefill is the recompute rate (tokens/s) through the median
 // completion time of each probe size, or 0 when it cannot tell.
 func FitPrefill(probes []Probe, blockSize int) float64 {

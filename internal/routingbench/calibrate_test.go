@@ -186,3 +186,23 @@ func TestRouterFlags(t *testing.T) {
 		t.Errorf("--hint-bandwidth-gbps %v, want %v", v, c.HintBandwidthGbps)
 	}
 }
+
+func TestSlowEngines(t *testing.T) {
+	tests := []struct {
+		name              string
+		nominal, measured float64
+		slow              bool
+	}{
+		{"at speed", 13333, 13250, false},
+		{"just within", 13333, 12100, false},
+		{"short by a third", 13333, 8867, true},
+		{"not measured", 13333, 0, false},
+		{"no nominal", 0, 8867, false},
+	}
+	for _, tt := range tests {
+		c := Calibration{PrefillTokensPerS: tt.nominal, MeasuredPrefillTokensPerS: tt.measured}
+		if _, slow := c.slowEngines(); slow != tt.slow {
+			t.Errorf("%s: slow %v, want %v", tt.name, slow, tt.slow)
+		}
+	}
+}

@@ -245,6 +245,10 @@ func writeTable(w io.Writer, r *Result) error {
 	if c.Calibration.MeasuredPrefillTokensPerS > 0 {
 		fmt.Fprintf(&b, "recompute rate seen by the probes: %.4g tokens/s (nominal %.4g)\n",
 			c.Calibration.MeasuredPrefillTokensPerS, c.Calibration.PrefillTokensPerS)
+		if share, slow := c.Calibration.slowEngines(); slow {
+			fmt.Fprintf(&b, "warning: the engines recomputed at %.0f%% of their configured speed: the host was too busy for them, so this run compares the policies on a slower cluster than configured; run it on an idle machine, or with fewer --engines or a lower --speedup\n",
+				share*100)
+		}
 	}
 	fmt.Fprintf(&b, "load average before %s, after %s\n", orNA(c.LoadAvgStart), orNA(c.LoadAvgEnd))
 	if c.Plot != "" {
