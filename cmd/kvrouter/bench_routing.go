@@ -60,7 +60,8 @@ policy having no term of its own for it. The resulting crossover (the extra
 prefix length beyond which a pull wins) is printed, with the recompute rate the
 probes saw as a check (the mocker's real CPU work per block, filling and hashing
 its KV bytes, is part of the simulated time; it shows only where it outlasts
-it, on a host too busy to keep up, and the report warns below 90%). --hint-bandwidth-gbps skips the measurement.
+it, on a host too busy to keep up, and the report warns below 90%%).
+--hint-bandwidth-gbps skips the measurement.
 
 The fixed cost of a pull. On a real fleet a pull pays a fixed cost before its
 first byte moves: the transfer engine's setup (memory registration, connection
