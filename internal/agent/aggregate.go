@@ -131,7 +131,7 @@ func (a *Aggregator) store(tp int, op index.Op, bit uint8) ([]index.Op, error) {
 			continue
 		}
 		if add == nil {
-			out = append(out, index.Op{Kind: index.OpStore, Tier: op.Tier, Seqs: []uint64{}, Depths: []uint32{}})
+			out = append(out, index.Op{Kind: index.OpStore, Tier: op.Tier, BlockSize: op.BlockSize, Seqs: []uint64{}, Depths: []uint32{}})
 			add = &out[len(out)-1]
 		}
 		add.Hashes = append(add.Hashes, e)

@@ -221,6 +221,12 @@ func TestAggregator(t *testing.T) {
 					if !errors.Is(err, st.err) || (st.err == nil) != (err == nil) {
 						t.Fatalf("step %d: err %v, want %v", i, err, st.err)
 					}
+					for _, o := range out {
+						// Stores keep the block size for the index to check.
+						if o.Kind == index.OpStore && o.BlockSize != st.op.BlockSize {
+							t.Fatalf("step %d: aggregate store %+v lost block size %d", i, o, st.op.BlockSize)
+						}
+					}
 					if err := ix.Apply(owner, out...); err != nil {
 						t.Fatalf("step %d: the owner's index refused the aggregate %+v: %v", i, out, err)
 					}

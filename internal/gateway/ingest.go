@@ -243,39 +243,33 @@ func (in *ingest) fold(rank, tp int, owner index.Source, op index.Op) {
 	out, err := in.aggs[rank].Apply(tp, op)
 	in.mu.Unlock()
 	if err != nil {
-		reason := "rejected"
-		if errors.Is(err, index.ErrUnknownParent) {
-			// Stored under a parent from before the router joined, as
-			// below.
-			reason = "unknown_parent"
-		}
-		in.m.eventDropped.WithLabelValues(reason).Inc()
+		in.refused(err)
 		return
 	}
 	for _, o := range out {
-		if o.Kind == index.OpStore {
-			// The folded store has identities, not the event's tokens: it
-			// keeps the event's block size for the index to check.
-			o.BlockSize = op.BlockSize
-		}
 		in.apply(owner, o)
 	}
 }
 
 func (in *ingest) apply(src index.Source, op index.Op) {
 	if err := in.sink.Apply(src, []index.Op{op}); err != nil {
-		switch {
-		case errors.Is(err, index.ErrUnknownParent):
-			// Blocks stored under a parent from before the router
-			// joined; they become known as prefixes come round again.
-			in.m.eventDropped.WithLabelValues("unknown_parent").Inc()
-		case errors.Is(err, index.ErrBlockSize):
-			in.m.eventDropped.WithLabelValues("block_size").Inc()
-			in.warnOnce("block_size", "events: the engine's block size differs from the worker's; set block_size= in --worker",
-				"err", err)
-		default:
-			in.m.eventDropped.WithLabelValues("rejected").Inc()
-		}
+		in.refused(err)
+	}
+}
+
+// refused counts an op the index (or a rank's aggregator) refused.
+func (in *ingest) refused(err error) {
+	switch {
+	case errors.Is(err, index.ErrUnknownParent):
+		// Blocks stored under a parent from before the router joined;
+		// they become known as prefixes come round again.
+		in.m.eventDropped.WithLabelValues("unknown_parent").Inc()
+	case errors.Is(err, index.ErrBlockSize):
+		in.m.eventDropped.WithLabelValues("block_size").Inc()
+		in.warnOnce("block_size", "events: the engine's block size differs from the worker's; set block_size= in --worker",
+			"err", err)
+	default:
+		in.m.eventDropped.WithLabelValues("rejected").Inc()
 	}
 }
 
