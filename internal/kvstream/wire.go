@@ -123,8 +123,7 @@ func TopicKey(topic string) string {
 // engine's one seq counter: tracked apart, each would see the others'
 // batches as gaps.
 func PublisherKey(topic string) string {
-	// Cutting the epoch suffix cuts a shard suffix after it; one without
-	// an epoch suffix is left to strip.
-	base, _, _ := kvevents.ParseRunnerShardTopic(TopicKey(topic))
-	return base
+	// The shard suffix comes last: off first, as the agent takes it.
+	base, _, _ := kvevents.ParseRunnerShardTopic(topic)
+	return TopicKey(base)
 }
