@@ -67,3 +67,9 @@ func BenchmarkMatch16(b *testing.B) {
 func BenchmarkMatchAll(b *testing.B) {
 	benchMatch(b, func(w *indexbench.Workload) [][]uint64 { return w.Hot })
 }
+
+// BenchmarkMatch16Warm matches one conversation prompt over and over: its
+// nodes stay in cache, so this is the walk's compute alone.
+func BenchmarkMatch16Warm(b *testing.B) {
+	benchMatch(b, func(w *indexbench.Workload) [][]uint64 { return w.Convs[:1] })
+}

@@ -155,35 +155,28 @@ func ident(seq uint64) uint64 {
 // without copying.
 //
 // Most of a match's time would be waiting for memory: every block's node
-// is a likely cache (and TLB) miss, and so is its holder block. So walk
-// runs a pipeline over windows of blocks: it asks for the probe lines of
-// the window after next (prefetchNodes), probes the next window, whose
-// lines were asked for a window earlier, asking for what its nodes need
-// next (probe), and only then processes this window, whose memory was
-// asked for one and two windows ago. The prefetches do not block: the
-// loads proceed while the CPU works on the window at hand.
+// is a likely cache (and TLB) miss. So walk runs a pipeline over windows
+// of blocks: it hashes the window after next and asks for the home lines
+// of its nodes (ahead), finds where the next window's nodes sit in the
+// lines asked for a window earlier, asking for what those not in their
+// home line or with holders in the arena need next (locate), and only
+// then processes this window, whose memory was asked for one and two
+// windows ago. The prefetches do not block: the loads proceed while the
+// CPU works on the window at hand. Each stage touches a node's line once
+// and asks only for lines not yet asked for: on this VM, a match costs
+// about what its instructions and its distinct lines do.
 func (ix *Index) walk(sc *scratch, local []uint64) int {
-	at := func(i int) []uint64 { // the identities of the window at i
-		seqs := sc.hashes(local, i+window)
-		return seqs[min(i, len(seqs)):min(i+window, len(seqs))]
-	}
-	ix.prefetchNodes(sc, at(0))
-	ix.prefetchNodes(sc, at(window))
-	ents := ix.probe(sc, &sc.ents[0], at(0))
-	for base, w := 0, 0; base < len(local); base, w = base+window, 1-w {
-		ix.prefetchNodes(sc, at(base+2*window))
-		next := ix.probe(sc, &sc.ents[1-w], at(base+window))
-		for k, seq := range at(base) {
-			i := base + k
-			// One block hashed per block processed, keeping the hashes
-			// three windows ahead: the chain of hashes, each waiting on
-			// the last, then overlaps the work instead of stalling each
-			// window's start (5-7% off the median match).
-			if j := len(sc.seqs); j < len(local) && j <= i+3*window {
-				sc.seqs = append(sc.seqs, kvhash.SequenceHash(sc.seqs[j-1], local[j]))
-			}
-			sh, pos := &ix.shards[ents[k].sh], int(ents[k].pos)
-			if seq = ident(seq); len(sh.tab) == 0 || sh.tab[pos].seq != seq {
+	ix.ahead(sc, local, 0)
+	ix.ahead(sc, local, window)
+	ix.locate(sc, 0)
+	for base := 0; base < len(local); base += window {
+		ix.ahead(sc, local, base+2*window)
+		ix.locate(sc, base+window)
+		end := min(base+window, len(local))
+		for i := base; i < end; i++ {
+			seq := ident(sc.seqs[i])
+			sh, pos := &ix.shards[shardOf(seq)], int(sc.pos[i])
+			if len(sh.tab) == 0 || sh.tab[pos].seq != seq {
 				var ok bool
 				if pos, ok = sh.find(seq); !ok { // further along its probe?
 					return i // the prefix ends here for everybody
@@ -225,15 +218,19 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				n.touch(sc.now)
 			}
 		}
-		ents = next
 	}
 	return len(local)
 }
 
-// prefetchNodes starts loading the first line of the probes of seqs.
-func (ix *Index) prefetchNodes(sc *scratch, seqs []uint64) {
+// ahead hashes the window of blocks at i and starts loading the home lines
+// of their nodes.
+func (ix *Index) ahead(sc *scratch, local []uint64, i int) {
+	seqs := sc.hashes(local, i+window)
+	if i >= len(seqs) {
+		return
+	}
 	addrs := sc.addrs[:0]
-	for _, seq := range seqs {
+	for _, seq := range seqs[i:] {
 		seq = ident(seq)
 		if t := ix.shards[shardOf(seq)].tab; len(t) > 0 {
 			addrs = append(addrs, uintptr(unsafe.Pointer(&t[home(seq, uint64(len(t)-1))])))
@@ -243,42 +240,39 @@ func (ix *Index) prefetchNodes(sc *scratch, seqs []uint64) {
 	sc.addrs = addrs
 }
 
-// batchEnt is where a block's node likely is: shard sh, table position pos.
-type batchEnt struct {
-	sh, pos int32
-}
-
-// probe notes, in *buf, where the nodes of seqs likely are (shard.slot), and
-// starts loading what each needs next: its holder block, or the second
-// line of its probe if it is not in the first. It reads the first lines,
-// asked for earlier, without branching on their contents: a branch on a
-// value still in flight would mispredict often and throw away the loads
-// issued behind it.
-func (ix *Index) probe(sc *scratch, buf *[]batchEnt, seqs []uint64) []batchEnt {
-	ents, addrs := (*buf)[:0], sc.addrs[:0]
-	for _, seq := range seqs {
-		seq = ident(seq)
-		si := shardOf(seq)
-		sh := &ix.shards[si]
-		var pos uint64
-		if t := sh.tab; len(t) > 0 {
-			pos = sh.slot(seq)
-			n := &t[pos]
-			mask := uint64(len(t) - 1)
-			miss := (n.seq ^ seq | -(n.seq ^ seq)) >> 63 // 1 unless found
-			// If not found, pos+1 and pos+3 start the next two lines
-			// (nodes past the first line: 11%; past the second: 3%).
-			addrs = append(addrs, uintptr(unsafe.Pointer(&t[(pos+miss)&mask])), uintptr(unsafe.Pointer(&t[(pos+3*miss)&mask])))
-			if len(sh.arena) > 0 {
-				off := n.h0 & -(n.meta / metaMore & 1) // n's block if metaMore, else 0
-				addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[off])))
-			}
-		}
-		ents = append(ents, batchEnt{int32(si), int32(pos)})
+// locate notes in sc.pos where the nodes of the window at i likely are:
+// their slot if in their home line, which ahead asked for a window
+// earlier, else the line's second slot. It starts loading the next line
+// for a node not in its home line (one in nine), and the holder block of
+// one whose holders are in the arena.
+func (ix *Index) locate(sc *scratch, i int) {
+	if i >= len(sc.seqs) {
+		return
 	}
-	prefetch(addrs)
-	*buf, sc.addrs = ents, addrs
-	return ents
+	seqs := sc.seqs[i:min(i+window, len(sc.seqs))]
+	pos := sc.pos[i : i+len(seqs)]
+	addrs := sc.addrs[:0]
+	for k, seq := range seqs {
+		seq = ident(seq)
+		sh := &ix.shards[shardOf(seq)]
+		t := sh.tab
+		if len(t) == 0 {
+			pos[k] = 0
+			continue
+		}
+		p := sh.slot(seq)
+		pos[k] = uint32(p)
+		switch n := &t[p]; {
+		case n.seq != seq:
+			addrs = append(addrs, uintptr(unsafe.Pointer(&t[(p+1)&uint64(len(t)-1)])))
+		case n.meta&metaMore != 0:
+			addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[n.h0])))
+		}
+	}
+	if len(addrs) > 0 {
+		prefetch(addrs)
+	}
+	sc.addrs = addrs
 }
 
 // scratch is a Match's working memory, pooled.
@@ -288,7 +282,7 @@ type scratch struct {
 	alive      int
 	now        uint32 // recency epoch to stamp on the nodes walked, 0: none
 	seqs       []uint64
-	ents       [2][]batchEnt // probed windows: the one processed and the next
+	pos        []uint32 // where locate found each block's node
 	addrs      []uintptr
 	inline     [2]uint32   // holders of an inline node, for this block
 	prevInline [2]uint32   // and for the last, when prev was inline
@@ -322,6 +316,9 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 	sc.alive, sc.now, sc.seqs = 0, 0, sc.seqs[:0]
 	if cap(sc.seqs) < n {
 		sc.seqs = make([]uint64, 0, n)
+	}
+	if len(sc.pos) < n {
+		sc.pos = make([]uint32, n)
 	}
 	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
 	sc.cohort, sc.left = sc.cohort[:0], sc.left[:0]
