@@ -104,7 +104,12 @@ func (in *ingest) handle(it kvstream.Item, rank int) {
 		in.m.eventGaps.WithLabelValues("restart").Inc()
 		in.clear(rank)
 	case kvstream.Reconnected:
+		// A seq that moves on after a reconnect does not prove the same
+		// publisher: a restarted engine that has sent more batches than we
+		// last saw passes for a gap, and its replay would land on the old
+		// process's blocks. Start over, as the state agent does.
 		in.m.eventGaps.WithLabelValues("reconnect").Inc()
+		in.clear(rank)
 	}
 }
 

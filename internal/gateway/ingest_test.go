@@ -194,6 +194,27 @@ func TestIngestTPShards(t *testing.T) {
 	}
 }
 
+// TestIngestReconnect: after the event stream reconnects, what the router
+// knew of the worker is forgotten: the publisher may be a restarted engine
+// whose seqs happen to run past the old one's, whose cache is not the old
+// one's.
+func TestIngestReconnect(t *testing.T) {
+	toks := prompt(45, 3)
+	in, held := newIngest(t, "")
+	in.send(t, stored(toks, kvevents.TierDevice, "GPU"))
+	if got := held(toks, ""); got != 3 {
+		t.Fatalf("the worker holds %d blocks before the reconnect, want 3", got)
+	}
+	in.handle(kvstream.Reconnected{Endpoint: "tcp://w:5557"}, 0)
+	if got := held(toks, ""); got != 0 {
+		t.Fatalf("the worker holds %d blocks after the reconnect, want 0", got)
+	}
+	in.send(t, stored(toks, kvevents.TierDevice, "GPU"))
+	if got := held(toks, ""); got != 3 {
+		t.Fatalf("the worker holds %d blocks after storing them again, want 3", got)
+	}
+}
+
 // TestIngestTPShardUndeclared: a worker whose --worker has no tp= cannot
 // fold the shards its engine reports; one shard's inventory would pass for
 // the rank's, so shard topics are dropped and counted.
