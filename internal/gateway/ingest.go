@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	// Named apart from the tests' fake agent.
@@ -38,6 +39,10 @@ type ingest struct {
 	dec    kvevents.Decoder
 
 	once sync.Map // warnings logged once per reason
+	// sharded: the engine reports runner inventory per TP rank, which a
+	// worker without tp= cannot fold. A replayed batch names no shard, so
+	// its runner stores are one shard's at best.
+	sharded atomic.Bool
 
 	// What a rank's later events need from its earlier ones (vLLM): KV
 	// group kinds learnt from stores, and the salts of blocks under
@@ -195,6 +200,7 @@ func (in *ingest) batch(m kvstream.Message, rank int) {
 		// owner it would offer blocks other shards lack.
 		in.m.eventDropped.WithLabelValues("tp_shard").Add(float64(len(b.Events)))
 		if in.aggs == nil {
+			in.sharded.Store(true)
 			in.warnOnce("tp_shard", "events: the engine reports runner inventory per TP rank; dropping it until the worker says how many: set tp= (the engine's tensor-parallel size) in --worker, or run the state agent (kvrouter agent) beside the engine",
 				"topic", m.Topic)
 		} else {
@@ -221,6 +227,10 @@ func (in *ingest) batch(m kvstream.Message, rank int) {
 		switch {
 		case !shard && ev.Ownership != kvevents.OwnedByRunner:
 			in.apply(index.WorkerRank(in.id, rank), op)
+		case in.aggs == nil && m.Replayed && in.sharded.Load() && op.Kind == index.OpStore:
+			// Maybe one shard's, like the live ones dropped above; a
+			// removal only withdraws what the owner may not have.
+			in.m.eventDropped.WithLabelValues("tp_shard").Inc()
 		case in.aggs == nil:
 			in.apply(owner, op)
 		case shard:

@@ -232,9 +232,26 @@ func TestIngestTPShardUndeclared(t *testing.T) {
 	if got := in.dropped(t, "tp_shard"); got != 2 {
 		t.Fatalf("%v events dropped for their shard topic, want 2", got)
 	}
-	// The engine's own events still count.
-	in.handle(batchOn(t, "kv", stored(toks, kvevents.TierDevice, "GPU")), 0)
+	// A replayed batch names no shard: its runner store is maybe one
+	// shard's too.
+	replayed := batchOn(t, "kv", store)
+	replayed.Replayed = true
+	in.handle(replayed, 0)
+	if got := held(toks, ""); got != 0 {
+		t.Fatalf("after a replayed runner store the worker holds %d blocks, want 0", got)
+	}
+	if got := in.dropped(t, "tp_shard"); got != 3 {
+		t.Fatalf("%v events dropped for their shard, want 3", got)
+	}
+	// The engine's own events still count, live or replayed.
+	in.handle(batchOn(t, "kv", stored(toks[:testBS], kvevents.TierDevice, "GPU")), 0)
+	if got := held(toks, ""); got != 1 {
+		t.Fatalf("after a store on the plain topic the worker holds %d blocks, want 1", got)
+	}
+	replayed = batchOn(t, "kv", stored(toks, kvevents.TierDevice, "GPU"))
+	replayed.Replayed = true
+	in.handle(replayed, 0)
 	if got := held(toks, ""); got != 2 {
-		t.Fatalf("after a store on the plain topic the worker holds %d blocks, want 2", got)
+		t.Fatalf("after a replayed store of the engine's the worker holds %d blocks, want 2", got)
 	}
 }
