@@ -194,6 +194,10 @@ func (in *ingest) batch(m kvstream.Message, rank int) {
 	tp, shard := 0, false
 	if !m.Replayed {
 		_, tp, shard = kvevents.ParseRunnerShardTopic(m.Topic)
+	} else if _, _, opener := kvevents.ParseRunnerShardTopic(m.Topic); opener {
+		// The gap was opened by a shard's batch: the engine shards, even
+		// if no live shard batch got through yet.
+		in.sharded.Store(true)
 	}
 	if shard && (in.aggs == nil || tp >= in.tp) {
 		// One shard's runner inventory is not the rank's: applied to the
