@@ -1,5 +1,7 @@
 package index
 
+import "unsafe"
+
 // engineTable maps one source's engine hashes to the identities it stored
 // them at: open addressing with linear probing over 16-byte slots. Unlike a
 // Go map, its home slot can be loaded without a lookup, which lets a store
@@ -40,12 +42,13 @@ func (t *engineTable) get(e uint64) (uint64, bool) {
 	}
 }
 
-// touch loads e's home slot, for prefetching; its result means nothing.
-func (t *engineTable) touch(e uint64) uint64 {
+// addr returns the address of e's home slot, for prefetching; 0 if the
+// table is empty.
+func (t *engineTable) addr(e uint64) uintptr {
 	if len(t.slots) == 0 {
 		return 0
 	}
-	return t.slots[t.home(e)].seq
+	return uintptr(unsafe.Pointer(&t.slots[t.home(e)]))
 }
 
 // put maps e to seq, replacing any mapping of e.

@@ -215,26 +215,23 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	return conf, nil
 }
 
-// prefetch loads the engine-map entries and table slots a store is about to
-// update. Lookups issued back to back overlap their misses; the slots are
-// read under the shards' read locks, taken in ascending order like Match.
+// prefetch asks for the engine-map slots and table lines a store is about
+// to update, all at once, so that their misses overlap rather than come one
+// block at a time. It takes no shard lock: it loads nothing from the tables.
 func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
-	var sink uint64
+	addrs := s.addrs[:0]
 	for _, e := range hashes {
-		sink += s.engine.touch(e)
-	}
-	var locked uint32
-	for _, seq := range seqs {
-		locked |= 1 << shardOf(seq)
-	}
-	ix.rlockShards(locked)
-	for _, seq := range seqs {
-		if sh := &ix.shards[shardOf(seq)]; len(sh.tab) > 0 {
-			sink += sh.tab[home(seq, uint64(len(sh.tab)-1))].seq
+		if a := s.engine.addr(e); a != 0 {
+			addrs = append(addrs, a)
 		}
 	}
-	ix.runlockShards(locked)
-	s.sink = sink
+	for _, seq := range seqs {
+		if t := ix.shards[shardOf(seq)].pf.Load(); t != nil {
+			addrs = append(addrs, t.addr(seq))
+		}
+	}
+	prefetch(addrs)
+	s.addrs = addrs
 }
 
 // hold records that s holds identity seq on the tier bit under engine hash e.

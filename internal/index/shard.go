@@ -3,6 +3,7 @@ package index
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Layout. A node lives inline in its shard's open-addressing table, so that
@@ -58,7 +59,23 @@ type shard struct {
 	// rare (mixed hash seeds).
 	alt map[altKey]uint64
 	tmp []uint32 // writer scratch
-	_   [64]byte // keeps neighbouring shards' mutexes off one cache line
+	// pf locates tab for prefetching without the lock: a store asks for
+	// its blocks' lines before it takes each block's lock. A prefetch of
+	// a table grow has just replaced is harmless.
+	pf atomic.Pointer[tabAddr]
+	_  [64]byte // keeps neighbouring shards' mutexes off one cache line
+}
+
+// tabAddr is where a shard's table starts and its mask, for prefetching:
+// an address, not a pointer, so it keeps no table alive.
+type tabAddr struct {
+	base uintptr
+	mask uint64
+}
+
+// addr returns the address of identity seq's home slot.
+func (a *tabAddr) addr(seq uint64) uintptr {
+	return a.base + uintptr(home(seq, a.mask))*unsafe.Sizeof(node{})
 }
 
 type altKey struct {
@@ -102,6 +119,7 @@ func (sh *shard) grow() {
 	old := sh.tab
 	sh.tab = make([]node, max(16, 2*len(old)))
 	mask := uint64(len(sh.tab) - 1)
+	sh.pf.Store(&tabAddr{uintptr(unsafe.Pointer(&sh.tab[0])), mask})
 	for k := range old {
 		if old[k].seq == 0 {
 			continue
