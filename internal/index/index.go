@@ -219,19 +219,29 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 // to update, all at once, so that their misses overlap rather than come one
 // block at a time. It takes no shard lock: it loads nothing from the tables.
 func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
-	addrs := s.addrs[:0]
+	// On the stack, in chunks: a buffer per source would cost a thousand
+	// sources a megabyte or two.
+	var buf [64]uintptr
+	n := 0
+	add := func(a uintptr) {
+		if n == len(buf) {
+			prefetch(buf[:n])
+			n = 0
+		}
+		buf[n] = a
+		n++
+	}
 	for _, e := range hashes {
 		if a := s.engine.addr(e); a != 0 {
-			addrs = append(addrs, a)
+			add(a)
 		}
 	}
 	for _, seq := range seqs {
 		if t := ix.shards[shardOf(seq)].pf.Load(); t != nil {
-			addrs = append(addrs, t.addr(seq))
+			add(t.addr(seq))
 		}
 	}
-	prefetch(addrs)
-	s.addrs = addrs
+	prefetch(buf[:n])
 }
 
 // hold records that s holds identity seq on the tier bit under engine hash e.

@@ -86,7 +86,6 @@ type source struct {
 	dHeld, dBlocks int64
 	seqs           []uint64 // store scratch
 	scratch        []engineSlot
-	addrs          []uintptr // store prefetch scratch
 }
 
 // registry interns sources into small ids: holder words carry the id, not
