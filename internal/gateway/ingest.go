@@ -188,16 +188,16 @@ func (in *ingest) batch(m kvstream.Message, rank int) {
 		in.warnOnce("rank", "events: batch names a DP rank outside the worker's dp=", "rank", rank, "dp", in.dp)
 		return
 	}
-	// Replay frames carry no topic: kvstream stamps a replayed batch with
-	// the topic of the live message that opened its gap, so its shard is
-	// unknown.
-	tp, shard := 0, false
-	if !m.Replayed {
-		_, tp, shard = kvevents.ParseRunnerShardTopic(m.Topic)
-	} else if _, _, opener := kvevents.ParseRunnerShardTopic(m.Topic); opener {
-		// The gap was opened by a shard's batch: the engine shards, even
-		// if no live shard batch got through yet.
-		in.sharded.Store(true)
+	_, tp, shard := kvevents.ParseRunnerShardTopic(m.Topic)
+	if m.Replayed {
+		// Replay frames carry no topic: kvstream stamps a replayed batch
+		// with the topic of the live message that opened its gap. A shard
+		// topic there says the engine shards (even if no live shard batch
+		// got through yet), not which shard this batch is.
+		if shard {
+			in.sharded.Store(true)
+		}
+		tp, shard = 0, false
 	}
 	if shard && (in.aggs == nil || tp >= in.tp) {
 		// One shard's runner inventory is not the rank's: applied to the
