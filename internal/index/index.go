@@ -389,6 +389,9 @@ type Stats struct {
 	Pairs   int   // (block, source) residencies
 	Sources int   // interned sources
 	Bytes   int64 // estimated memory in use
+	// Mapped is the part of Bytes in tables mapped outside the Go heap
+	// (exact): runtime.MemStats does not see it.
+	Mapped int64
 	// Evicted counts blocks dropped to stay under Config.MaxBlocks.
 	Evicted uint64
 	// UnknownParent counts stores rejected because their source did not
@@ -427,6 +430,7 @@ func (ix *Index) Stats() Stats {
 		sh := &ix.shards[i]
 		sh.mu.RLock()
 		st.Bytes += sh.bytes()
+		st.Mapped += sh.mapped()
 		sh.mu.RUnlock()
 	}
 	st.Bytes += int64(st.Pairs) * perEngineEntry

@@ -383,59 +383,69 @@ func TestModelRandom(t *testing.T) {
 		// change tiers, disagree on engine hashes and leave at many depths.
 		{seed: 7, srcs: 130, paths: 4, plen: 24, ops: 5000, every: 250},
 	}
+	// Each run twice: tables on the heap, then mapped (bigmem.go), as a
+	// big index's are.
 	for _, r := range runs {
-		t.Run(fmt.Sprintf("seed%d", r.seed), func(t *testing.T) {
-			w := newWorld(r.seed, r.srcs, r.paths, r.plen)
-			ix, err := New(Config{BlockSize: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := newModel()
-			for i := range r.ops {
-				src := w.sources[w.rng.IntN(len(w.sources))]
-				if w.rng.IntN(500) == 0 {
-					ix.RemoveSource(src)
-					m.removeSource(src)
-					continue
+		for _, mapped := range []bool{false, true} {
+			t.Run(fmt.Sprintf("seed%d/mapped=%v", r.seed, mapped), func(t *testing.T) {
+				if mapped {
+					defer lowerMapAt(t, 512)()
 				}
-				op := w.randomOp(m, src)
-				gotErr := ix.Apply(src, op)
-				wantErr := m.apply(src, op)
-				if !errors.Is(gotErr, wantErr) || (gotErr == nil) != (wantErr == nil) {
-					t.Fatalf("op %d %+v: error %v, model %v", i, op, gotErr, wantErr)
+				w := newWorld(r.seed, r.srcs, r.paths, r.plen)
+				ix, err := New(Config{BlockSize: 4})
+				if err != nil {
+					t.Fatal(err)
 				}
-				if i%r.every == 0 {
-					compareAll(t, fmt.Sprintf("op %d", i), ix, m, w)
+				m := newModel()
+				for i := range r.ops {
+					src := w.sources[w.rng.IntN(len(w.sources))]
+					if w.rng.IntN(500) == 0 {
+						ix.RemoveSource(src)
+						m.removeSource(src)
+						continue
+					}
+					op := w.randomOp(m, src)
+					gotErr := ix.Apply(src, op)
+					wantErr := m.apply(src, op)
+					if !errors.Is(gotErr, wantErr) || (gotErr == nil) != (wantErr == nil) {
+						t.Fatalf("op %d %+v: error %v, model %v", i, op, gotErr, wantErr)
+					}
+					if i%r.every == 0 {
+						compareAll(t, fmt.Sprintf("op %d", i), ix, m, w)
+					}
 				}
-			}
-			compareAll(t, "end", ix, m, w)
-			if r.srcs > 100 && !hasDense(ix) {
-				t.Fatalf("no holder set turned dense")
-			}
+				compareAll(t, "end", ix, m, w)
+				if r.srcs > 100 && !hasDense(ix) {
+					t.Fatalf("no holder set turned dense")
+				}
 
-			for _, src := range w.sources {
-				if got, want := ix.Held(src), m.held(src); got != want {
-					t.Fatalf("Held(%s) = %v, model %v", src, got, want)
+				for _, src := range w.sources {
+					if got, want := ix.Held(src), m.held(src); got != want {
+						t.Fatalf("Held(%s) = %v, model %v", src, got, want)
+					}
 				}
-			}
 
-			// Dump → rebuild gives identical matches.
-			re, err := New(Config{BlockSize: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, src := range w.sources {
-				if err := re.Apply(src, ix.Dump(src)...); err != nil {
-					t.Fatalf("rebuild %s: %v", src, err)
+				// Dump → rebuild gives identical matches.
+				re, err := New(Config{BlockSize: 4})
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			for _, q := range w.queries() {
-				sameMatches(t, fmt.Sprintf("rebuilt %v", q), re.Match(q, MatchOptions{Chains: true}), m.match(q, true))
-			}
-			if a, b := ix.Stats(), re.Stats(); a.Blocks != b.Blocks || a.Pairs != b.Pairs {
-				t.Fatalf("rebuilt stats %+v, original %+v", b, a)
-			}
-			checkInvariants(t, re)
-		})
+				for _, src := range w.sources {
+					if err := re.Apply(src, ix.Dump(src)...); err != nil {
+						t.Fatalf("rebuild %s: %v", src, err)
+					}
+				}
+				for _, q := range w.queries() {
+					sameMatches(t, fmt.Sprintf("rebuilt %v", q), re.Match(q, MatchOptions{Chains: true}), m.match(q, true))
+				}
+				if a, b := ix.Stats(), re.Stats(); a.Blocks != b.Blocks || a.Pairs != b.Pairs {
+					t.Fatalf("rebuilt stats %+v, original %+v", b, a)
+				}
+				checkInvariants(t, re)
+				if mapped && ix.Stats().Mapped == 0 {
+					t.Fatalf("no table mapped")
+				}
+			})
+		}
 	}
 }

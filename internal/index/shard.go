@@ -51,7 +51,8 @@ func (n *node) depth() uint32 { return n.meta & maxDepth }
 // them in ascending order.
 type shard struct {
 	mu    sync.RWMutex
-	tab   []node // power of two; linear probing from seq's low bits
+	tab   []node   // power of two; linear probing from seq's low bits
+	tabAt *mapping // tab's memory when mapped (bigmem.go)
 	live  int
 	arena []uint32
 	afree [arenaClasses][]uint32
@@ -116,8 +117,8 @@ func (sh *shard) slot(seq uint64) uint64 {
 }
 
 func (sh *shard) grow() {
-	old := sh.tab
-	sh.tab = make([]node, max(16, 2*len(old)))
+	old, oldAt := sh.tab, sh.tabAt
+	sh.tab, sh.tabAt = makeTable[node](max(16, 2*len(old)))
 	mask := uint64(len(sh.tab) - 1)
 	sh.pf.Store(&tabAddr{uintptr(unsafe.Pointer(&sh.tab[0])), mask})
 	for k := range old {
@@ -130,6 +131,7 @@ func (sh *shard) grow() {
 		}
 		sh.tab[i] = old[k]
 	}
+	oldAt.free()
 }
 
 // newNode adds identity seq (not present) and returns its position.
@@ -178,6 +180,9 @@ func (n *node) touch(now uint32) {
 		atomic.StoreUint32(&n.stamp, now)
 	}
 }
+
+// mapped is the shard's memory outside the Go heap.
+func (sh *shard) mapped() int64 { return sh.tabAt.mappedBytes() }
 
 // bytes estimates the shard's memory.
 func (sh *shard) bytes() int64 {

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package index
+
+import "unsafe"
+
+// mapHuge maps nothing here: tables stay on the Go heap.
+func mapHuge(int) ([]byte, unsafe.Pointer, bool) { return nil, nil, false }
+
+func unmap([]byte) {}
