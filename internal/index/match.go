@@ -115,11 +115,23 @@ func (sc *scratch) prefetchLocal(local []uint64) {
 func (sc *scratch) hashes(local []uint64, n int) []uint64 {
 	n = min(n, len(local))
 	seqs := sc.seqs
-	for i := len(seqs); i < n; i++ {
-		seq := local[0]
-		if i > 0 {
-			seq = kvhash.SequenceHash(seqs[i-1], local[i])
-		}
+	i := len(seqs)
+	if i >= n {
+		return seqs
+	}
+	// The hashes form one chain of dependent multiplies: the previous one
+	// is carried in a register rather than read back from seqs, which
+	// would add a store-to-load forwarding delay to every link.
+	var seq uint64
+	if i == 0 {
+		seq = local[0]
+		seqs = append(seqs, seq)
+		i++
+	} else {
+		seq = seqs[i-1]
+	}
+	for _, h := range local[i:n] {
+		seq = kvhash.SequenceHash(seq, h)
 		seqs = append(seqs, seq)
 	}
 	sc.seqs = seqs
