@@ -90,6 +90,8 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	ix.rlockShards(locked)
 	reached := ix.walk(sc, local)
 	ix.runlockShards(locked)
+	// The pooled scratch must not keep a table alive past its grow.
+	clear(sc.at[:len(sc.seqs)])
 	return sc.results(dst, tbl, uint32(reached))
 }
 
@@ -187,20 +189,22 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 		end := min(base+window, len(local))
 		for i := base; i < end; i++ {
 			seq := ident(sc.seqs[i])
-			sh, pos := &ix.shards[shardOf(seq)], int(sc.pos[i])
-			if len(sh.tab) == 0 || sh.tab[pos].seq != seq {
-				var ok bool
-				if pos, ok = sh.find(seq); !ok { // further along its probe?
+			n := sc.at[i]
+			if n == nil || n.seq != seq {
+				sh := &ix.shards[shardOf(seq)]
+				pos, ok := sh.find(seq) // further along its probe?
+				if !ok {
 					return i // the prefix ends here for everybody
 				}
+				n = &sh.tab[pos]
 			}
-			n := &sh.tab[pos]
 			// The usual step along a conversation is a node with its
 			// holders inline, the same words as the block before, and no
 			// holder with an engine hash of its own: nothing changes for
 			// anybody, so the holders are neither copied nor diffed (7%
 			// off the median match).
 			if i == 0 || n.meta&(metaMore|metaAlt) != 0 || !sc.sameInline(n) {
+				sh := &ix.shards[shardOf(seq)]
 				cur, dense := sh.holders(n, &sc.inline)
 				var fp uint64
 				if dense {
@@ -223,7 +227,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				if n.meta&metaAlt == 0 && len(sc.privIDs) == 0 {
 					sc.primary = append(sc.primary, n.engine) // all chains agree
 				} else {
-					sc.extendChains(i, n.engine, sc.alts(sh, n))
+					sc.extendChains(i, n.engine, sc.alts(&ix.shards[shardOf(seq)], n))
 				}
 			}
 			if sc.now != 0 {
@@ -234,51 +238,61 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 	return len(local)
 }
 
-// ahead hashes the window of blocks at i and starts loading the home lines
-// of their nodes.
+// ahead hashes the window of blocks at i, notes in sc.at the home slot
+// of each block's node, and starts loading those lines.
 func (ix *Index) ahead(sc *scratch, local []uint64, i int) {
 	seqs := sc.hashes(local, i+window)
 	if i >= len(seqs) {
 		return
 	}
+	at := sc.at[i:len(seqs)]
 	addrs := sc.addrs[:0]
-	for _, seq := range seqs[i:] {
+	for k, seq := range seqs[i:] {
 		seq = ident(seq)
-		if t := ix.shards[shardOf(seq)].tab; len(t) > 0 {
-			addrs = append(addrs, uintptr(unsafe.Pointer(&t[home(seq, uint64(len(t)-1))])))
+		t := ix.shards[shardOf(seq)].tab
+		if len(t) == 0 {
+			at[k] = nil
+			continue
 		}
+		n := &t[home(seq, uint64(len(t)-1))]
+		at[k] = n
+		addrs = append(addrs, uintptr(unsafe.Pointer(n)))
 	}
 	prefetch(addrs)
 	sc.addrs = addrs
 }
 
-// locate notes in sc.pos where the nodes of the window at i likely are:
-// their slot if in their home line, which ahead asked for a window
-// earlier, else the line's second slot. It starts loading the next line
-// for a node not in its home line (one in nine), and the holder block of
-// one whose holders are in the arena.
+// locate moves sc.at of the window at i to the second slot of the home
+// line for a node not in the first (the line ahead asked for a window
+// earlier holds both). It starts loading the next line for a node in
+// neither (one in nine), and the holder block of one whose holders are in
+// the arena. walk finds what locate missed by a probe.
 func (ix *Index) locate(sc *scratch, i int) {
 	if i >= len(sc.seqs) {
 		return
 	}
 	seqs := sc.seqs[i:min(i+window, len(sc.seqs))]
-	pos := sc.pos[i : i+len(seqs)]
+	at := sc.at[i : i+len(seqs)]
 	addrs := sc.addrs[:0]
 	for k, seq := range seqs {
-		seq = ident(seq)
-		sh := &ix.shards[shardOf(seq)]
-		t := sh.tab
-		if len(t) == 0 {
-			pos[k] = 0
+		n := at[k]
+		if n == nil {
 			continue
 		}
-		p := sh.slot(seq)
-		pos[k] = uint32(p)
-		switch n := &t[p]; {
-		case n.seq != seq:
-			addrs = append(addrs, uintptr(unsafe.Pointer(&t[(p+1)&uint64(len(t)-1)])))
-		case n.meta&metaMore != 0:
-			addrs = append(addrs, uintptr(unsafe.Pointer(&sh.arena[n.h0])))
+		seq = ident(seq)
+		if n.seq != seq {
+			// home is even: its line's second slot is in the table.
+			n = (*node)(unsafe.Add(unsafe.Pointer(n), unsafe.Sizeof(node{})))
+			at[k] = n
+			if n.seq != seq {
+				sh := &ix.shards[shardOf(seq)]
+				mask := uint64(len(sh.tab) - 1)
+				addrs = append(addrs, uintptr(unsafe.Pointer(&sh.tab[(home(seq, mask)+2)&mask])))
+				continue
+			}
+		}
+		if n.meta&metaMore != 0 {
+			addrs = append(addrs, uintptr(unsafe.Pointer(&ix.shards[shardOf(seq)].arena[n.h0])))
 		}
 	}
 	if len(addrs) > 0 {
@@ -294,7 +308,7 @@ type scratch struct {
 	alive      int
 	now        uint32 // recency epoch to stamp on the nodes walked, 0: none
 	seqs       []uint64
-	pos        []uint32 // where locate found each block's node
+	at         []*node // where each block's node likely is (ahead, locate)
 	addrs      []uintptr
 	inline     [2]uint32   // holders of an inline node, for this block
 	prevInline [2]uint32   // and for the last, when prev was inline
@@ -329,8 +343,8 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 	if cap(sc.seqs) < n {
 		sc.seqs = make([]uint64, 0, n)
 	}
-	if len(sc.pos) < n {
-		sc.pos = make([]uint32, n)
+	if len(sc.at) < n {
+		sc.at = make([]*node, n)
 	}
 	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
 	sc.cohort, sc.left = sc.cohort[:0], sc.left[:0]
