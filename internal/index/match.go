@@ -170,25 +170,40 @@ func ident(seq uint64) uint64 {
 //
 // Most of a match's time would be waiting for memory: every block's node
 // is a likely cache (and TLB) miss. So walk runs a pipeline over windows
-// of blocks: it hashes the window after next and asks for the home lines
-// of its nodes (ahead), finds where the next window's nodes sit in the
+// of blocks: it asks for the home lines of the nodes of the window after
+// next (ahead), finds where the next window's nodes sit in the
 // lines asked for a window earlier, asking for what those not in their
 // home line or with holders in the arena need next (locate), and only
 // then processes this window, whose memory was asked for one and two
-// windows ago. The prefetches do not block: the loads proceed while the
-// CPU works on the window at hand. Each stage touches a node's line once
+// windows ago, hashing the blocks three windows on as it goes. The
+// prefetches do not block: the loads proceed while the CPU works on the
+// window at hand. Each stage touches a node's line once
 // and asks only for lines not yet asked for: on this VM, a match costs
 // about what its instructions and its distinct lines do.
 func (ix *Index) walk(sc *scratch, local []uint64) int {
-	ix.ahead(sc, local, 0)
-	ix.ahead(sc, local, window)
+	n := len(local)
+	seqs := sc.hashes(local, 3*window)
+	h := len(seqs) // blocks hashed
+	last := seqs[h-1]
+	sc.seqs = seqs[:n] // reset made room; past h, stale until hashed
+	seqs = sc.seqs
+	ix.ahead(sc, 0)
+	ix.ahead(sc, window)
 	ix.locate(sc, 0)
-	for base := 0; base < len(local); base += window {
-		ix.ahead(sc, local, base+2*window)
+	for base := 0; base < n; base += window {
+		ix.ahead(sc, base+2*window)
 		ix.locate(sc, base+window)
-		end := min(base+window, len(local))
+		end := min(base+window, n)
 		for i := base; i < end; i++ {
-			seq := ident(sc.seqs[i])
+			// Hash three windows ahead, a block per step: the hash
+			// chain's latency then hides behind the work on this block,
+			// where hashing a window at once would wait on it.
+			if h < n {
+				last = kvhash.SequenceHash(last, local[h])
+				seqs[h] = last
+				h++
+			}
+			seq := ident(seqs[i])
 			n := sc.at[i]
 			if n == nil || n.seq != seq {
 				sh := &ix.shards[shardOf(seq)]
@@ -238,16 +253,16 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 	return len(local)
 }
 
-// ahead hashes the window of blocks at i, notes in sc.at the home slot
-// of each block's node, and starts loading those lines.
-func (ix *Index) ahead(sc *scratch, local []uint64, i int) {
-	seqs := sc.hashes(local, i+window)
-	if i >= len(seqs) {
+// ahead notes in sc.at the home slot of the node of each block in the
+// window at i, hashed already, and starts loading those lines.
+func (ix *Index) ahead(sc *scratch, i int) {
+	if i >= len(sc.seqs) {
 		return
 	}
-	at := sc.at[i:len(seqs)]
+	seqs := sc.seqs[i:min(i+window, len(sc.seqs))]
+	at := sc.at[i : i+len(seqs)]
 	addrs := sc.addrs[:0]
-	for k, seq := range seqs[i:] {
+	for k, seq := range seqs {
 		seq = ident(seq)
 		t := ix.shards[shardOf(seq)].tab
 		if len(t) == 0 {
