@@ -181,24 +181,33 @@ func ident(seq uint64) uint64 {
 // and asks only for lines not yet asked for: on this VM, a match costs
 // about what its instructions and its distinct lines do.
 func (ix *Index) walk(sc *scratch, local []uint64) int {
-	n := len(local)
+	nb := len(local)
 	seqs := sc.hashes(local, 3*window)
 	h := len(seqs) // blocks hashed
 	last := seqs[h-1]
-	sc.seqs = seqs[:n] // reset made room; past h, stale until hashed
+	sc.seqs = seqs[:nb] // reset made room; past h, stale until hashed
 	seqs = sc.seqs
+	// The step below is the match's inner loop: what it reads and writes
+	// for every block is kept in locals (registers), not in sc, whose
+	// fields would cost a store and a reload per block. prevIn says the
+	// previous block's holders are the words p0, p1 (0: none), as an
+	// inline node keeps them.
+	primary, chains, now := sc.primary, sc.chains, sc.now
+	agree := true // no source's chain is private yet
+	var p0, p1 uint32
+	prevIn := false
 	ix.ahead(sc, 0)
 	ix.ahead(sc, window)
 	ix.locate(sc, 0)
-	for base := 0; base < n; base += window {
+	for base := 0; base < nb; base += window {
 		ix.ahead(sc, base+2*window)
 		ix.locate(sc, base+window)
-		end := min(base+window, n)
+		end := min(base+window, nb)
 		for i := base; i < end; i++ {
 			// Hash three windows ahead, a block per step: the hash
 			// chain's latency then hides behind the work on this block,
 			// where hashing a window at once would wait on it.
-			if h < n {
+			if h < nb {
 				last = kvhash.SequenceHash(last, local[h])
 				seqs[h] = last
 				h++
@@ -209,6 +218,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				sh := &ix.shards[shardOf(seq)]
 				pos, ok := sh.find(seq) // further along its probe?
 				if !ok {
+					sc.primary = primary
 					return i // the prefix ends here for everybody
 				}
 				n = &sh.tab[pos]
@@ -218,7 +228,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			// holder with an engine hash of its own: nothing changes for
 			// anybody, so the holders are neither copied nor diffed (7%
 			// off the median match).
-			if i == 0 || n.meta&(metaMore|metaAlt) != 0 || !sc.sameInline(n) {
+			if n.meta&(metaMore|metaAlt) != 0 || !prevIn || n.h0 != p0 || n.h1 != p1 {
 				sh := &ix.shards[shardOf(seq)]
 				cur, dense := sh.holders(n, &sc.inline)
 				var fp uint64
@@ -229,6 +239,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				if i == 0 || dense != sc.prevDense || dense && fp != sc.prevFP || !dense && !slices.Equal(cur, sc.prev) {
 					sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
 					if sc.alive == 0 {
+						sc.primary = primary
 						return i
 					}
 				}
@@ -237,20 +248,31 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 					cur = sc.prevInline[:len(cur)]
 				}
 				sc.prev, sc.prevDense, sc.prevFP = cur, dense, fp
-			}
-			if sc.chains {
-				if n.meta&metaAlt == 0 && len(sc.privIDs) == 0 {
-					sc.primary = append(sc.primary, n.engine) // all chains agree
-				} else {
-					sc.extendChains(i, n.engine, sc.alts(&ix.shards[shardOf(seq)], n))
+				prevIn = !dense && len(cur) <= 2
+				p0, p1 = 0, 0
+				if prevIn && len(cur) > 0 {
+					p0 = cur[0]
+					if len(cur) > 1 {
+						p1 = cur[1]
+					}
 				}
 			}
-			if sc.now != 0 {
-				n.touch(sc.now)
+			if chains {
+				if n.meta&metaAlt == 0 && agree {
+					primary = append(primary, n.engine) // all chains agree
+				} else {
+					sc.primary = primary
+					sc.extendChains(i, n.engine, sc.alts(&ix.shards[shardOf(seq)], n))
+					primary, agree = sc.primary, len(sc.privIDs) == 0
+				}
+			}
+			if now != 0 {
+				n.touch(now)
 			}
 		}
 	}
-	return len(local)
+	sc.primary = primary
+	return nb
 }
 
 // ahead notes in sc.at the home slot of the node of each block in the
@@ -402,22 +424,6 @@ func (sc *scratch) materialize(id uint32) *srcState {
 	*st = srcState{gen: sc.gen, alive: true, mask: m, devDone: m&1 == 0}
 	sc.cands = append(sc.cands, id)
 	return st
-}
-
-// sameInline reports whether inline node n has the previous block's holders.
-func (sc *scratch) sameInline(n *node) bool {
-	if sc.prevDense {
-		return false
-	}
-	switch len(sc.prev) {
-	case 0:
-		return n.h0 == 0
-	case 1:
-		return n.h0 == sc.prev[0] && n.h1 == 0
-	case 2:
-		return n.h0 == sc.prev[0] && n.h1 == sc.prev[1]
-	}
-	return false
 }
 
 // alts returns the holders of n whose engine hash is not n.engine (none
