@@ -1,9 +1,13 @@
 package index
 
-import "math/bits"
+import (
+	"math/bits"
+	"slices"
+)
 
 // A node's holders are kept one of three ways, by size:
-//   - inline: up to two holder words in the node itself;
+//   - inline: up to three holder words of sources numbered below 1<<16 in
+//     the node itself, 21 bits each (inline.go);
 //   - sparse: a block of holder words in the shard's arena, sorted by id;
 //   - dense: a block of 4-bit tier masks indexed by source id, once a nibble
 //     per possible source costs less than a word per holder. A block shared
@@ -108,12 +112,8 @@ func (sh *shard) holderCount(n *node) int {
 	switch {
 	case n.meta&metaMore != 0:
 		return int(sh.arena[n.h0])
-	case n.h1 != 0:
-		return 2
-	case n.h0 != 0:
-		return 1
 	}
-	return 0
+	return n.inlineCount()
 }
 
 // search finds source id in sorted holder words.
@@ -145,8 +145,8 @@ func (sh *shard) denseWord(n *node, id, tiers uint32) uint32 {
 func (sh *shard) getHolder(n *node, id uint32) (uint32, bool) {
 	switch {
 	case n.meta&metaMore == 0:
-		for _, w := range [2]uint32{n.h0, n.h1} {
-			if w != 0 && w>>idShift == id {
+		for hs := n.packed(); hs != 0; hs >>= inlineBits {
+			if w := uint32(hs & inlineMask); w>>idShift == id {
 				return w, true
 			}
 		}
@@ -172,24 +172,27 @@ func (sh *shard) getHolder(n *node, id uint32) (uint32, bool) {
 func (sh *shard) putHolder(n *node, w uint32) {
 	id := w >> idShift
 	if n.meta&metaMore == 0 {
-		switch {
-		case n.h0 == 0 || n.h0>>idShift == id:
-			n.h0 = w
-		case n.h1 == 0 && id < n.h0>>idShift:
-			n.h0, n.h1 = w, n.h0
-		case n.h1 == 0 || n.h1>>idShift == id:
-			n.h1 = w
-		default: // a third holder: to a sparse block
-			ws := [3]uint32{n.h0, n.h1, w}
-			for i := 2; i > 0 && ws[i]>>idShift < ws[i-1]>>idShift; i-- {
-				ws[i], ws[i-1] = ws[i-1], ws[i]
-			}
-			off := sh.alloc(1)
-			sh.arena[off] = 3
-			copy(sh.arena[off+2:], ws[:])
-			n.h0, n.h1 = off, 0
-			n.meta |= metaMore
+		if n.putInline(w) {
+			return
 		}
+		var buf [inlineMax + 1]uint32 // room to insert
+		ws := buf[:len(n.inline((*[inlineMax]uint32)(buf[:inlineMax])))]
+		i, ok := search(ws, id)
+		if ok {
+			ws[i] = w
+		} else {
+			ws = slices.Insert(ws, i, w)
+		}
+		if fitsInline(ws) {
+			n.setInline(ws)
+			return
+		}
+		// A fourth holder, or one numbered too high: to a sparse block.
+		off := sh.alloc(classFor(uint32(len(ws))))
+		sh.arena[off] = uint32(len(ws))
+		copy(sh.arena[off+2:], ws)
+		n.h0, n.h1 = off, 0
+		n.meta |= metaMore
 		return
 	}
 	if sh.isDense(n) {
@@ -277,11 +280,8 @@ func (sh *shard) toSparse(n *node) {
 	ws := sh.appendHolders(sh.tmp[:0], n)
 	sh.tmp = ws
 	old := n.h0
-	if len(ws) <= 2 {
-		n.h0, n.h1 = ws[0], 0
-		if len(ws) == 2 {
-			n.h1 = ws[1]
-		}
+	if fitsInline(ws) {
+		n.setInline(ws)
 		n.meta &^= metaMore
 	} else {
 		off := sh.alloc(classFor(uint32(len(ws))))
@@ -295,11 +295,10 @@ func (sh *shard) toSparse(n *node) {
 // delHolder removes source id's holder.
 func (sh *shard) delHolder(n *node, id uint32) {
 	if n.meta&metaMore == 0 {
-		switch {
-		case n.h0 != 0 && n.h0>>idShift == id:
-			n.h0, n.h1 = n.h1, 0
-		case n.h1 != 0 && n.h1>>idShift == id:
-			n.h1 = 0
+		var buf [inlineMax]uint32
+		ws := n.inline(&buf)
+		if i, ok := search(ws, id); ok {
+			n.setInline(slices.Delete(ws, i, i+1))
 		}
 		return
 	}
@@ -329,9 +328,9 @@ func (sh *shard) delHolder(n *node, id uint32) {
 	copy(ws[i:], ws[i+1:])
 	ws = ws[:l]
 	switch class := sh.arena[n.h0+1]; {
-	case l == 2:
+	case fitsInline(ws):
 		off := n.h0
-		n.h0, n.h1 = ws[0], ws[1]
+		n.setInline(ws)
 		n.meta &^= metaMore
 		sh.release(off)
 	case class > 1 && l <= classCap(class)/4:
@@ -349,13 +348,8 @@ func (sh *shard) delHolder(n *node, id uint32) {
 func (sh *shard) appendHolders(dst []uint32, n *node) []uint32 {
 	switch {
 	case n.meta&metaMore == 0:
-		if n.h0 == 0 {
-			return dst
-		}
-		if n.h1 == 0 {
-			return append(dst, n.h0)
-		}
-		return append(dst, n.h0, n.h1)
+		var buf [inlineMax]uint32
+		return append(dst, n.inline(&buf)...)
 	case sh.isDense(n):
 		for k, nw := range sh.denseWords(n) {
 			for nw != 0 {
@@ -373,16 +367,9 @@ func (sh *shard) appendHolders(dst []uint32, n *node) []uint32 {
 // holders returns n's holders as stored, for Match: holder words, or for a
 // dense set its tier-mask words (dense true). Inline words are copied to
 // buf; the others alias the arena, valid while the shard is read-locked.
-func (sh *shard) holders(n *node, buf *[2]uint32) (ws []uint32, dense bool) {
+func (sh *shard) holders(n *node, buf *[inlineMax]uint32) (ws []uint32, dense bool) {
 	if n.meta&metaMore == 0 {
-		buf[0], buf[1] = n.h0, n.h1
-		switch {
-		case n.h0 == 0:
-			return buf[:0], false
-		case n.h1 == 0:
-			return buf[:1], false
-		}
-		return buf[:2], false
+		return n.inline(buf), false
 	}
 	off := n.h0 + 2
 	if kind := sh.arena[n.h0+1]; kind&denseKind != 0 {

@@ -190,8 +190,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 	// The step below is the match's inner loop: what it reads and writes
 	// for every block is kept in locals (registers), not in sc, whose
 	// fields would cost a store and a reload per block. prevIn says the
-	// previous block's holders are the words p0, p1 (0: none), as an
-	// inline node keeps them.
+	// previous block's holders fit inline, packed as h0 == p0, h1 == p1.
 	primary, chains, now := sc.primary, sc.chains, sc.now
 	agree := true // no source's chain is private yet
 	var p0, p1 uint32
@@ -248,13 +247,11 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 					cur = sc.prevInline[:len(cur)]
 				}
 				sc.prev, sc.prevDense, sc.prevFP = cur, dense, fp
-				prevIn = !dense && len(cur) <= 2
+				prevIn = !dense && fitsInline(cur)
 				p0, p1 = 0, 0
-				if prevIn && len(cur) > 0 {
-					p0 = cur[0]
-					if len(cur) > 1 {
-						p1 = cur[1]
-					}
+				if prevIn {
+					hs := packInline(cur)
+					p0, p1 = uint32(hs), uint32(hs>>32)
 				}
 			}
 			if chains {
@@ -347,10 +344,10 @@ type scratch struct {
 	seqs       []uint64
 	at         []*node // where each block's node likely is (ahead, locate)
 	addrs      []uintptr
-	inline     [2]uint32   // holders of an inline node, for this block
-	prevInline [2]uint32   // and for the last, when prev was inline
-	abuf       []altHolder // alt holders of a block
-	prev       []uint32    // holders of the previous block
+	inline     [inlineMax]uint32 // holders of an inline node, for this block
+	prevInline [inlineMax]uint32 // and for the last, when prev was inline
+	abuf       []altHolder       // alt holders of a block
+	prev       []uint32          // holders of the previous block
 	prevDense  bool
 	prevFP     uint64 // fingerprint of prev, when dense
 	tmp        []uint32

@@ -39,8 +39,8 @@ type node struct {
 	engine uint64 // engine hash of the holder that created it
 	stamp  uint32 // recency (atomic): epoch of the last match through it
 	meta   uint32 // depth from the root, metaAlt, metaMore
-	// Up to two holder words inline, sorted by source id; with metaMore, h0
-	// is the arena offset of a sorted block of holder words.
+	// Up to three holder words inline (inline.go); with metaMore, h0 is the
+	// arena offset of a block of holder words (holders.go).
 	h0, h1 uint32
 }
 

@@ -75,10 +75,12 @@ func TestShardTable(t *testing.T) {
 
 // TestHolderSets grows and shrinks two nodes' holder sets through every
 // representation (inline, sparse blocks of each size class, dense) and
-// compares them with sorted slices.
+// compares them with sorted slices. Sources numbered 1<<16 and up (scale)
+// cannot be kept inline.
 func TestHolderSets(t *testing.T) {
-	for _, ids := range []int{2, 3, 9, 300, 2000} {
-		t.Run(fmt.Sprint(ids), func(t *testing.T) {
+	for _, c := range []struct{ ids, scale int }{{2, 1}, {3, 1}, {4, 1}, {9, 1}, {300, 1}, {2000, 1}, {6, 30000}, {40, 5000}} {
+		ids := c.ids
+		t.Run(fmt.Sprint(ids, "x", c.scale), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(ids), 1))
 			var sh shard
 			sh.newNode(42, 0, 0, 0)
@@ -91,7 +93,7 @@ func TestHolderSets(t *testing.T) {
 				pos, _ := sh.find(seq)
 				n := &sh.tab[pos]
 				list := want[seq]
-				id := uint32(r.IntN(ids))
+				id := uint32(r.IntN(ids) * c.scale)
 				// Grow for the first half, then shrink.
 				add := r.IntN(4) > 0 == (step < steps/2)
 				j, has := search(list, id)
@@ -119,7 +121,7 @@ func TestHolderSets(t *testing.T) {
 					if !slices.Equal(got, want[s]) || sh.holderCount(n) != len(got) {
 						t.Fatalf("step %d: holders of %d %v (count %d), want %v", step, s, got, sh.holderCount(n), want[s])
 					}
-					if (n.meta&metaMore != 0) != (len(got) > 2) {
+					if (n.meta&metaMore != 0) != !fitsInline(got) {
 						t.Fatalf("step %d: %d holders, arena flag %v", step, len(got), n.meta&metaMore != 0)
 					}
 					dense = dense || sh.isDense(n)
