@@ -175,19 +175,11 @@ func (sh *shard) putHolder(n *node, w uint32) {
 		if n.putInline(w) {
 			return
 		}
+		// A fourth holder, or one numbered too high: to a sparse block.
 		var buf [inlineMax + 1]uint32 // room to insert
 		ws := buf[:len(n.inline((*[inlineMax]uint32)(buf[:inlineMax])))]
-		i, ok := search(ws, id)
-		if ok {
-			ws[i] = w
-		} else {
-			ws = slices.Insert(ws, i, w)
-		}
-		if fitsInline(ws) {
-			n.setInline(ws)
-			return
-		}
-		// A fourth holder, or one numbered too high: to a sparse block.
+		i, _ := search(ws, id) // absent: a word of a present source would fit
+		ws = slices.Insert(ws, i, w)
 		off := sh.alloc(classFor(uint32(len(ws))))
 		sh.arena[off] = uint32(len(ws))
 		copy(sh.arena[off+2:], ws)
