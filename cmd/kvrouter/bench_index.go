@@ -24,11 +24,15 @@ one goroutine, and reports:
 
   apply_blocks_per_s        block events applied per second, one writer
   match_p50_us, p99         latency of matching a conversation prompt
-                            (at most 16 sources share any prefix)
+                            (at most 16 sources share any prefix); its local
+                            hashes are in cache, as the router's are, its
+                            index nodes are not
   match_p99_us_all_sources  latency of matching a hot prompt that every
                             source holds a prefix of
-  bytes_per_block_source    heap added by the index (after GC) divided by
-                            (block, source) pairs
+  bytes_per_block_source    memory added by the index divided by (block,
+                            source) pairs: heap_bytes (Go heap after GC) plus
+                            mapped_bytes (its large tables, mapped outside the
+                            heap on huge pages)
   host_stalls_per_s, host_stall_p50_us
                             how often, and for how long, the host took the CPU
                             from a thread spinning on the clock just before the
