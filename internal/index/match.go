@@ -275,11 +275,10 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 // ahead notes in sc.at the home slot of the node of each block in the
 // window at i, hashed already, and starts loading those lines.
 func (ix *Index) ahead(sc *scratch, i int) {
-	if i >= len(sc.seqs) {
+	seqs, at := sc.window(i)
+	if len(seqs) == 0 {
 		return
 	}
-	seqs := sc.seqs[i:min(i+window, len(sc.seqs))]
-	at := sc.at[i : i+len(seqs)]
 	addrs := sc.addrs[:0]
 	for k, seq := range seqs {
 		seq = ident(seq)
@@ -302,11 +301,10 @@ func (ix *Index) ahead(sc *scratch, i int) {
 // neither (one in nine), and the holder block of one whose holders are in
 // the arena. walk finds what locate missed by a probe.
 func (ix *Index) locate(sc *scratch, i int) {
-	if i >= len(sc.seqs) {
+	seqs, at := sc.window(i)
+	if len(seqs) == 0 {
 		return
 	}
-	seqs := sc.seqs[i:min(i+window, len(sc.seqs))]
-	at := sc.at[i : i+len(seqs)]
 	addrs := sc.addrs[:0]
 	for k, seq := range seqs {
 		n := at[k]
@@ -333,6 +331,16 @@ func (ix *Index) locate(sc *scratch, i int) {
 		prefetch(addrs)
 	}
 	sc.addrs = addrs
+}
+
+// window returns the hashes of the window of blocks at i and their slots
+// in sc.at; none past the request.
+func (sc *scratch) window(i int) ([]uint64, []*node) {
+	if i >= len(sc.seqs) {
+		return nil, nil
+	}
+	seqs := sc.seqs[i:min(i+window, len(sc.seqs))]
+	return seqs, sc.at[i : i+len(seqs)]
 }
 
 // scratch is a Match's working memory, pooled.
