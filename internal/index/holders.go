@@ -177,7 +177,7 @@ func (sh *shard) putHolder(n *node, w uint32) {
 		}
 		// A fourth holder, or one numbered too high: to a sparse block.
 		var buf [inlineMax + 1]uint32 // room to insert
-		ws := buf[:len(n.inline((*[inlineMax]uint32)(buf[:inlineMax])))]
+		ws := n.appendInline(buf[:0])
 		i, _ := search(ws, id) // absent: a word of a present source would fit
 		ws = slices.Insert(ws, i, w)
 		off := sh.alloc(classFor(uint32(len(ws))))
@@ -288,7 +288,7 @@ func (sh *shard) toSparse(n *node) {
 func (sh *shard) delHolder(n *node, id uint32) {
 	if n.meta&metaMore == 0 {
 		var buf [inlineMax]uint32
-		ws := n.inline(&buf)
+		ws := n.appendInline(buf[:0])
 		if i, ok := search(ws, id); ok {
 			n.setInline(slices.Delete(ws, i, i+1))
 		}
@@ -340,8 +340,7 @@ func (sh *shard) delHolder(n *node, id uint32) {
 func (sh *shard) appendHolders(dst []uint32, n *node) []uint32 {
 	switch {
 	case n.meta&metaMore == 0:
-		var buf [inlineMax]uint32
-		return append(dst, n.inline(&buf)...)
+		return n.appendInline(dst)
 	case sh.isDense(n):
 		for k, nw := range sh.denseWords(n) {
 			for nw != 0 {
@@ -361,7 +360,7 @@ func (sh *shard) appendHolders(dst []uint32, n *node) []uint32 {
 // buf; the others alias the arena, valid while the shard is read-locked.
 func (sh *shard) holders(n *node, buf *[inlineMax]uint32) (ws []uint32, dense bool) {
 	if n.meta&metaMore == 0 {
-		return n.inline(buf), false
+		return n.appendInline(buf[:0]), false
 	}
 	off := n.h0 + 2
 	if kind := sh.arena[n.h0+1]; kind&denseKind != 0 {

@@ -16,15 +16,13 @@ const (
 // packed returns n's inline holder words packed, as stored.
 func (n *node) packed() uint64 { return uint64(n.h0) | uint64(n.h1)<<32 }
 
-// inline unpacks the holder words of n, which keeps them inline, into buf.
-func (n *node) inline(buf *[inlineMax]uint32) []uint32 {
-	hs := n.packed()
-	k := 0
-	for ; hs != 0 && k < inlineMax; k++ {
-		buf[k] = uint32(hs & inlineMask)
-		hs >>= inlineBits
+// appendInline appends the holder words of n, which keeps them inline, to
+// dst.
+func (n *node) appendInline(dst []uint32) []uint32 {
+	for hs := n.packed(); hs != 0; hs >>= inlineBits {
+		dst = append(dst, uint32(hs&inlineMask))
 	}
-	return buf[:k]
+	return dst
 }
 
 // inlineCount is the number of holders n keeps inline.
