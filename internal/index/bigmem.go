@@ -5,13 +5,14 @@ import (
 	"unsafe"
 )
 
-// Large tables (a shard's nodes and holder arena, megabytes each in a big
-// index) are mapped outside the Go heap, on huge pages where the kernel
-// grants them. A match loads about 150 random lines of these tables; with
+// Large tables (a shard's node table, megabytes in a big index) are mapped
+// outside the Go heap, on huge pages where the kernel grants them. A match
+// loads about 120 random lines of the node tables; with
 // 4-KiB pages each is also a TLB miss, and the page walks hold up the
 // prefetches a match issues ahead of its use (a prefetch waits for its
-// walk). On 2-MiB pages the tables fit the TLB: about 15% off a cold
-// 16-source match on the development VM (docs/benchmarks.md, tenth session).
+// walk). On 2-MiB pages the tables fit the TLB: about 10% off a cold
+// 16-source match on the development VM (docs/benchmarks.md, tenth
+// session). Holder arenas stay on the heap: smaller, and no faster mapped.
 //
 // The GC neither scans this memory nor frees it: the shard frees a table
 // when it replaces it (under its write lock, so no reader still uses it),
