@@ -136,6 +136,7 @@ func (ix *Index) dropNode(sh *shard, pos int, srcs []*source, stale map[*source]
 	}
 	if n.meta&metaMore != 0 {
 		sh.release(n.h0)
+		ix.dropToken(n)
 	}
 	sh.freeNode(pos)
 	ix.blocks.Add(-1)

@@ -394,9 +394,9 @@ func (sh *shard) holds(seq uint64, id uint32, e uint64) (pos int, w uint32, ok b
 	return pos, w, true
 }
 
-// setEngine records e as the engine hash of holder word w of n and stores
-// the word.
-func (sh *shard) setEngine(n *node, w uint32, e uint64) {
+// setEngine records e as the engine hash of holder word w of n, stores the
+// word and returns it as stored (its alt bit set or not).
+func (sh *shard) setEngine(n *node, w uint32, e uint64) uint32 {
 	k := altKey{n.seq, w >> idShift}
 	if e == n.engine {
 		if w&altBit != 0 {
@@ -412,6 +412,7 @@ func (sh *shard) setEngine(n *node, w uint32, e uint64) {
 		n.meta |= metaAlt
 	}
 	sh.putHolder(n, w)
+	return w
 }
 
 // disagree appends the ids of n's holders, other than id, whose engine hash

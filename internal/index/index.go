@@ -59,6 +59,7 @@ type Index struct {
 	shards [numShards]shard
 	reg    registry
 	conf   conflicts
+	tokens tokens
 
 	clock atomic.Uint64 // matches so far; recency epochs derive from it
 	base  atomic.Uint64 // clock value of epoch 0, moved by rebase
@@ -138,9 +139,11 @@ func (ix *Index) applyLocked(s *source, ops []Op) error {
 			}
 		}
 		if err != nil {
+			ix.forget(&s.memo)
 			return &OpError{Source: s.key, Pos: i, Kind: op.Kind, Err: err}
 		}
 	}
+	ix.forget(&s.memo)
 	return nil
 }
 
@@ -254,19 +257,24 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 		s.dBlocks++
 	}
 	n := &sh.tab[pos]
+	b := beforeOf(n)
 	w, found := sh.getHolder(n, s.id)
 	var prevE uint64
 	rehashed := false
 	conf = conf[:0]
 	switch {
 	case found && sh.engineOf(n, w) == e:
+		if w|bit == w {
+			break // held already: nothing changes
+		}
 		sh.putHolder(n, w|bit)
+		ix.settle(n, b, w|bit, &s.memo)
 	case found:
 		prevE, rehashed = sh.engineOf(n, w), true
-		sh.setEngine(n, w|bit, e)
+		ix.settle(n, b, sh.setEngine(n, w|bit, e), &s.memo)
 		conf = sh.disagree(conf, n, s.id, e)
 	default:
-		sh.setEngine(n, s.id<<idShift|bit, e)
+		ix.settle(n, b, sh.setEngine(n, s.id<<idShift|bit, e), &s.memo)
 		conf = sh.disagree(conf, n, s.id, e)
 		s.dHeld++
 	}
@@ -302,7 +310,17 @@ func (ix *Index) unhold(s *source, seq uint64, e uint64, tiers uint32) (gone, he
 	if !held {
 		return false, false
 	}
+	n := &sh.tab[pos]
+	b := beforeOf(n)
 	gone, nodeGone := sh.unhold(pos, w, tiers)
+	switch {
+	case nodeGone:
+		ix.unrefToken(b.tok)
+	case gone:
+		ix.settle(n, b, w>>idShift<<idShift, &s.memo)
+	case w&tiers&tierMask != 0:
+		ix.settle(n, b, w&^tiers, &s.memo)
+	}
 	if gone {
 		s.dHeld--
 	}
@@ -331,6 +349,7 @@ func (ix *Index) remove(s *source, hashes []uint64, tiers uint32) {
 
 func (ix *Index) clear(s *source, tiers uint32) {
 	s.scratch = s.engine.entries(s.scratch[:0])
+	s.memo.wide = true // in the engine table's order, not the chains'
 	for _, es := range s.scratch {
 		if gone, held := ix.unhold(s, es.seq, es.e, tiers); gone || !held {
 			s.engine.del(es.e)
@@ -354,6 +373,7 @@ func (ix *Index) RemoveSource(src Source) {
 		return
 	}
 	ix.clear(s, tierMask)
+	ix.forget(&s.memo)
 	ix.flush(s)
 	s.gone = true
 	s.mu.Unlock()
@@ -433,6 +453,6 @@ func (ix *Index) Stats() Stats {
 		st.Mapped += sh.mapped()
 		sh.mu.RUnlock()
 	}
-	st.Bytes += int64(st.Pairs) * perEngineEntry
+	st.Bytes += int64(st.Pairs)*perEngineEntry + ix.tokens.bytes()
 	return st
 }

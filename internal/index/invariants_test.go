@@ -1,6 +1,9 @@
 package index
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func hasDense(ix *Index) bool {
 	for i := range ix.shards {
@@ -21,6 +24,8 @@ func checkInvariants(t *testing.T, ix *Index) {
 	t.Helper()
 	blocks, pairs := 0, 0
 	srcs := ix.reg.ids()
+	sets := map[uint32][]uint32{} // token: the holders of a node carrying it
+	carriers := map[uint32]uint32{}
 	for si := range ix.shards {
 		sh := &ix.shards[si]
 		sh.mu.RLock()
@@ -44,6 +49,17 @@ func checkInvariants(t *testing.T, ix *Index) {
 			ws := sh.appendHolders(nil, n)
 			if n.meta&metaMore != 0 && fitsInline(ws) || sh.isDense(n) && c < sparseAt {
 				t.Fatalf("holder block with %d holders %#x", c, ws)
+			}
+			if n.meta&metaMore != 0 {
+				tok := n.h1
+				if tok == 0 {
+					t.Fatalf("shard %d node %#x: holders in the arena without a set token", si, n.seq)
+				}
+				carriers[tok]++
+				if set, ok := sets[tok]; ok && !slices.Equal(set, ws) {
+					t.Fatalf("shard %d node %#x: token %d names sets %#x and %#x", si, n.seq, tok, set, ws)
+				}
+				sets[tok] = ws
 			}
 			if len(ws) != c {
 				t.Fatalf("shard %d node %#x: count %d, %d holders", si, n.seq, c, len(ws))
@@ -95,6 +111,7 @@ func checkInvariants(t *testing.T, ix *Index) {
 		blocks += live
 		sh.mu.RUnlock()
 	}
+	checkTokens(t, ix, carriers)
 	if int64(blocks) != ix.blocks.Load() || int64(pairs) != ix.pairs.Load() {
 		t.Fatalf("counters blocks %d pairs %d, counted %d %d", ix.blocks.Load(), ix.pairs.Load(), blocks, pairs)
 	}
@@ -120,5 +137,30 @@ func checkInvariants(t *testing.T, ix *Index) {
 	}
 	if held != int64(pairs) {
 		t.Fatalf("sources hold %d, counted %d", held, pairs)
+	}
+}
+
+// checkTokens verifies that every set token's references are its carriers
+// (no op is under way, so no memo holds any) and that the free list holds
+// exactly the others.
+func checkTokens(t *testing.T, ix *Index, carriers map[uint32]uint32) {
+	t.Helper()
+	tk := &ix.tokens
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	free := map[uint32]bool{}
+	for _, tok := range tk.free {
+		if free[tok] || tok == 0 || tk.refs[tok] != 0 {
+			t.Fatalf("token %d free twice, or free with %d references", tok, tk.refs[tok])
+		}
+		free[tok] = true
+	}
+	for tok := 1; tok < len(tk.refs); tok++ {
+		if got, want := tk.refs[tok], carriers[uint32(tok)]; got != want {
+			t.Fatalf("token %d: %d references, %d nodes carry it", tok, got, want)
+		}
+		if tk.refs[tok] == 0 && !free[uint32(tok)] {
+			t.Fatalf("token %d unreferenced and not free", tok)
+		}
 	}
 }

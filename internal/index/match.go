@@ -195,6 +195,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 	agree := true // no source's chain is private yet
 	var p0, p1 uint32
 	prevIn := false
+	var prevTok uint32 // the previous block's set token, when in the arena
 	ix.ahead(sc, 0)
 	ix.ahead(sc, window)
 	ix.locate(sc, 0)
@@ -227,7 +228,12 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			// holder with an engine hash of its own: nothing changes for
 			// anybody, so the holders are neither copied nor diffed (7%
 			// off the median match).
-			if n.meta&(metaMore|metaAlt) != 0 || !prevIn || n.h0 != p0 || n.h1 != p1 {
+			// So is a node whose holders are in the arena with the
+			// token of the block before: the same set (tokens.go),
+			// neither loaded.
+			if n.meta&(metaMore|metaAlt) == metaMore && n.h1 == prevTok && prevTok != 0 {
+				// nothing changes
+			} else if n.meta&(metaMore|metaAlt) != 0 || !prevIn || n.h0 != p0 || n.h1 != p1 {
 				sh := &ix.shards[shardOf(seq)]
 				cur, dense := sh.holders(n, &sc.inline)
 				var fp uint64
@@ -248,7 +254,10 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				}
 				sc.prev, sc.prevDense, sc.prevFP = cur, dense, fp
 				prevIn = !dense && fitsInline(cur)
-				p0, p1 = 0, 0
+				p0, p1, prevTok = 0, 0, 0
+				if n.meta&metaMore != 0 {
+					prevTok = n.h1
+				}
 				if prevIn {
 					hs := packInline(cur)
 					p0, p1 = uint32(hs), uint32(hs>>32)
@@ -323,7 +332,7 @@ func (ix *Index) locate(sc *scratch, i int) {
 				continue
 			}
 		}
-		if n.meta&metaMore != 0 {
+		if n.meta&metaMore != 0 && !sc.sameSet(i+k, n) {
 			addrs = append(addrs, uintptr(unsafe.Pointer(&ix.shards[shardOf(seq)].arena[n.h0])))
 		}
 	}
@@ -331,6 +340,17 @@ func (ix *Index) locate(sc *scratch, i int) {
 		prefetch(addrs)
 	}
 	sc.addrs = addrs
+}
+
+// sameSet reports whether block j's node n, with holders in the arena,
+// has the set token of block j-1's node, located already: walk will not
+// load its holders.
+func (sc *scratch) sameSet(j int, n *node) bool {
+	if j == 0 || n.meta&metaAlt != 0 {
+		return false
+	}
+	p := sc.at[j-1]
+	return p != nil && p.seq == ident(sc.seqs[j-1]) && p.meta&metaMore != 0 && p.h1 == n.h1
 }
 
 // window returns the hashes of the window of blocks at i and their slots

@@ -85,6 +85,7 @@ type source struct {
 	// one atomic add per Apply rather than three per block.
 	dHeld, dBlocks int64
 	seqs           []uint64 // store scratch
+	memo           setMemo  // set tokens' memo for the op under way (tokens.go)
 	scratch        []engineSlot
 }
 
