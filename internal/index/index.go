@@ -257,7 +257,7 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 		s.dBlocks++
 	}
 	n := &sh.tab[pos]
-	b := beforeOf(n)
+	b := beforeOf(sh, n)
 	w, found := sh.getHolder(n, s.id)
 	var prevE uint64
 	rehashed := false
@@ -268,13 +268,19 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 			break // held already: nothing changes
 		}
 		sh.putHolder(n, w|bit)
-		ix.settle(n, b, w|bit, &s.memo)
+		if tokened(sh, n, b) {
+			ix.settle(sh, n, b, w|bit, &s.memo)
+		}
 	case found:
 		prevE, rehashed = sh.engineOf(n, w), true
-		ix.settle(n, b, sh.setEngine(n, w|bit, e), &s.memo)
+		if w := sh.setEngine(n, w|bit, e); tokened(sh, n, b) {
+			ix.settle(sh, n, b, w, &s.memo)
+		}
 		conf = sh.disagree(conf, n, s.id, e)
 	default:
-		ix.settle(n, b, sh.setEngine(n, s.id<<idShift|bit, e), &s.memo)
+		if w := sh.setEngine(n, s.id<<idShift|bit, e); tokened(sh, n, b) {
+			ix.settle(sh, n, b, w, &s.memo)
+		}
 		conf = sh.disagree(conf, n, s.id, e)
 		s.dHeld++
 	}
@@ -311,15 +317,16 @@ func (ix *Index) unhold(s *source, seq uint64, e uint64, tiers uint32) (gone, he
 		return false, false
 	}
 	n := &sh.tab[pos]
-	b := beforeOf(n)
+	b := beforeOf(sh, n)
 	gone, nodeGone := sh.unhold(pos, w, tiers)
 	switch {
 	case nodeGone:
 		ix.unrefToken(b.tok)
+	case !tokened(sh, n, b):
 	case gone:
-		ix.settle(n, b, w>>idShift<<idShift, &s.memo)
+		ix.settle(sh, n, b, w>>idShift<<idShift, &s.memo)
 	case w&tiers&tierMask != 0:
-		ix.settle(n, b, w&^tiers, &s.memo)
+		ix.settle(sh, n, b, w&^tiers, &s.memo)
 	}
 	if gone {
 		s.dHeld--

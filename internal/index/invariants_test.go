@@ -50,10 +50,13 @@ func checkInvariants(t *testing.T, ix *Index) {
 			if n.meta&metaMore != 0 && fitsInline(ws) || sh.isDense(n) && c < sparseAt {
 				t.Fatalf("holder block with %d holders %#x", c, ws)
 			}
-			if n.meta&metaMore != 0 {
+			if sh.isDense(n) && n.h1 != 0 {
+				t.Fatalf("shard %d node %#x: dense holders with set token %d", si, n.seq, n.h1)
+			}
+			if n.meta&metaMore != 0 && !sh.isDense(n) {
 				tok := n.h1
 				if tok == 0 {
-					t.Fatalf("shard %d node %#x: holders in the arena without a set token", si, n.seq)
+					t.Fatalf("shard %d node %#x: sparse holders without a set token", si, n.seq)
 				}
 				carriers[tok]++
 				if set, ok := sets[tok]; ok && !slices.Equal(set, ws) {

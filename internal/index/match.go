@@ -228,8 +228,8 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			// holder with an engine hash of its own: nothing changes for
 			// anybody, so the holders are neither copied nor diffed (7%
 			// off the median match).
-			// So is a node whose holders are in the arena with the
-			// token of the block before: the same set (tokens.go),
+			// So is a node whose holders are sparse in the arena with
+			// the token of the block before: the same set (tokens.go),
 			// neither loaded.
 			if n.meta&(metaMore|metaAlt) == metaMore && n.h1 == prevTok && prevTok != 0 {
 				// nothing changes
@@ -350,7 +350,7 @@ func (sc *scratch) sameSet(j int, n *node) bool {
 		return false
 	}
 	p := sc.at[j-1]
-	return p != nil && p.seq == ident(sc.seqs[j-1]) && p.meta&metaMore != 0 && p.h1 == n.h1
+	return n.h1 != 0 && p != nil && p.seq == ident(sc.seqs[j-1]) && p.meta&metaMore != 0 && p.h1 == n.h1
 }
 
 // window returns the hashes of the window of blocks at i and their slots

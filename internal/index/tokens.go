@@ -2,9 +2,9 @@ package index
 
 import "sync"
 
-// Set tokens. A node whose holders are in the arena carries a token in h1,
-// and two such nodes carry the same token only if their holder sets are
-// equal: Match then steps from one to the next without loading either set.
+// Set tokens. A node whose holders are a sparse block in the arena carries
+// a token in h1, and two such nodes carry the same token only if their
+// holder sets are equal: Match then steps from one to the next without loading either set.
 // Along a shared system prompt or hot document, block after block has the
 // same holders, and each would otherwise cost a random arena line (about a
 // tenth of a conversation's cold match).
@@ -73,8 +73,13 @@ func (tk *tokens) bytes() int64 {
 // store or removal visits chains in order, so the last change is the one
 // to remember; a clear visits blocks in the engine table's order and
 // remembers all (wide).
+//
+// References move as nodes do, under the tokens' mutex: deferring a
+// node's move to the memo's release would let another source's writer
+// count that node out of a class before this memo counted it in, and
+// free a token still carried.
 type setMemo struct {
-	last    memoKey
+	lastKey memoKey
 	lastNow uint32 // 0: none
 	wide    bool
 	all     map[memoKey]uint32 // with wide
@@ -85,68 +90,83 @@ type memoKey struct {
 	packed    uint64
 }
 
-// get returns the token a change k led to, if remembered.
-func (m *setMemo) get(k memoKey) (uint32, bool) {
-	if m.lastNow != 0 && k == m.last {
-		return m.lastNow, true
+// find returns the token change k led to, 0 if not remembered.
+func (m *setMemo) find(k memoKey) uint32 {
+	if m.lastNow != 0 && k == m.lastKey {
+		return m.lastNow
 	}
-	now, ok := m.all[k]
-	return now, ok
+	return m.all[k]
 }
 
 // before is what a node's set was before a change: its token, or its
-// inline words.
+// inline words, or dense.
 type before struct {
 	tok    uint32
 	packed uint64
+	dense  bool
 }
 
-func beforeOf(n *node) before {
-	if n.meta&metaMore != 0 {
-		return before{tok: n.h1}
+func beforeOf(sh *shard, n *node) before {
+	switch {
+	case n.meta&metaMore == 0:
+		return before{packed: n.packed()}
+	case sh.isDense(n):
+		return before{dense: true}
 	}
-	return before{packed: n.packed()}
+	return before{tok: n.h1}
 }
 
 // settle gives n, whose holder set has just changed from b (under the
 // shard's write lock), the token its new set earns; word is the changed
 // source's holder word now (its id with no tiers if it left), m the
-// source's memo.
-func (ix *Index) settle(n *node, b before, word uint32, m *setMemo) {
-	more := n.meta&metaMore != 0
-	if !more && b.tok == 0 {
-		return // inline before and after: no token involved
-	}
+// source's memo. Only changes that involve a token get here (tokened).
+func (ix *Index) settle(sh *shard, n *node, b before, word uint32, m *setMemo) {
 	tk := &ix.tokens
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
-	if !more {
+	if n.meta&metaMore == 0 || sh.isDense(n) {
 		tk.unref(b.tok)
+		if n.meta&metaMore != 0 {
+			n.h1 = 0
+		}
 		return
 	}
 	k := memoKey{was: b.tok, word: word, packed: b.packed}
-	if now, ok := m.get(k); ok {
+	if now := m.find(k); now != 0 && !b.dense {
 		// The same change of the same set: the same set.
 		tk.ref(now)
 		tk.unref(b.tok)
 		n.h1 = now
 		return
 	}
-	// A fresh token, held by n and by the memo, which also keeps the
-	// reference n had on its old token (see the type comment).
+	// A fresh token, held by n and by the memo, which also takes over the
+	// reference n had on its old token (see the type comment). A set that
+	// was dense has no token to key a memo by.
 	t := tk.take()
-	tk.ref(t)
 	n.h1 = t
-	if !m.wide {
-		tk.unref(m.last.was)
+	switch {
+	case b.dense:
+	case m.wide:
+		tk.ref(t)
+		if m.all == nil {
+			m.all = make(map[memoKey]uint32)
+		}
+		m.all[k] = t
+	default:
+		tk.ref(t)
+		tk.unref(m.lastKey.was)
 		tk.unref(m.lastNow)
-		m.last, m.lastNow = k, t
-		return
+		m.lastKey, m.lastNow = k, t
 	}
-	if m.all == nil {
-		m.all = make(map[memoKey]uint32)
-	}
-	m.all[k] = t
+}
+
+// tokened reports whether a change of n's holders from b involves set
+// tokens: a sparse set in the arena before or after. Dense sets carry
+// none: Match compares them by fingerprint, and a hot document's blocks
+// change set one by one (each source holds a prefix of its own length),
+// so tokens would cost every store a lock and rarely be shared.
+func tokened(sh *shard, n *node, b before) bool {
+	return b.tok != 0 || n.meta&metaMore != 0 && !sh.isDense(n)
 }
 
 // forget releases m's references at the end of an op.
@@ -156,18 +176,18 @@ func (ix *Index) forget(m *setMemo) {
 		return
 	}
 	ix.tokens.mu.Lock()
-	ix.tokens.unref(m.last.was)
+	ix.tokens.unref(m.lastKey.was)
 	ix.tokens.unref(m.lastNow)
 	for k, now := range m.all {
 		ix.tokens.unref(k.was)
 		ix.tokens.unref(now)
 	}
 	ix.tokens.mu.Unlock()
-	m.last, m.lastNow, m.wide, m.all = memoKey{}, 0, false, nil
+	*m = setMemo{}
 }
 
-// dropToken releases the token of n, a node leaving the index. Shard
-// write lock held.
+// dropToken releases the token of n, a node leaving the index (0 unless
+// its holders are sparse in the arena). Shard write lock held.
 func (ix *Index) dropToken(n *node) {
 	if n.meta&metaMore != 0 {
 		ix.unrefToken(n.h1)
