@@ -323,6 +323,7 @@ func (ix *Index) unhold(s *source, seq uint64, e uint64, tiers uint32) (gone, he
 	case nodeGone:
 		ix.unrefToken(b.tok)
 	case !tokened(sh, n, b):
+		// inline or dense before and after: no token to move
 	case gone:
 		ix.settle(sh, n, b, w>>idShift<<idShift, &s.memo)
 	case w&tiers&tierMask != 0:

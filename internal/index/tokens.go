@@ -4,10 +4,10 @@ import "sync"
 
 // Set tokens. A node whose holders are a sparse block in the arena carries
 // a token in h1, and two such nodes carry the same token only if their
-// holder sets are equal: Match then steps from one to the next without loading either set.
-// Along a shared system prompt or hot document, block after block has the
-// same holders, and each would otherwise cost a random arena line (about a
-// tenth of a conversation's cold match).
+// holder sets are equal: Match then steps from one to the next without
+// loading either set. Along a shared system prompt, block after block has
+// the same holders, and each would otherwise cost a random arena line
+// (about a tenth of a conversation's cold match).
 //
 // The rule is exact, never probabilistic: tokens are counted references,
 // a node whose set changes takes a fresh token, and two nodes share one
@@ -20,7 +20,7 @@ import "sync"
 // another set while it names them.
 //
 // Tokens are global, not per shard, because consecutive blocks of a chain
-// live in different shards. The mutex is taken for arena sets only, under
+// live in different shards. The mutex is taken for sparse sets only, under
 // a shard's write lock (never the other way round).
 type tokens struct {
 	mu   sync.Mutex
