@@ -69,8 +69,13 @@ func TestStatsMapped(t *testing.T) {
 	}
 	var want int64
 	for i := range ix.shards {
-		if sh := &ix.shards[i]; len(sh.tab)*32 >= mapAt {
-			want += int64(len(sh.tab) * 32)
+		if sh := &ix.shards[i]; len(sh.dir)*16 >= mapAt {
+			want += int64(len(sh.dir) * 16)
+		}
+	}
+	for _, c := range ix.nodes.chunks {
+		if len(c.nodes)*32 >= mapAt {
+			want += int64(len(c.nodes) * 32)
 		}
 	}
 	st := ix.Stats()

@@ -85,7 +85,7 @@ func (ix *Index) eachHeld(src Source, f func(seq, e uint64, depth, tiers uint32)
 		pos, w, ok := sh.holds(es.seq, s.id, es.e)
 		var depth uint32
 		if ok {
-			depth = sh.tab[pos].depth()
+			depth = sh.at(pos).depth()
 		}
 		sh.mu.RUnlock()
 		if ok {

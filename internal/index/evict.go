@@ -44,9 +44,9 @@ func (ix *Index) evict() {
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.RLock()
-		for j := range sh.tab {
-			if n := &sh.tab[j]; n.seq != 0 {
-				keys = append(keys, evictKey(n))
+		for j := range sh.dir {
+			if sh.dir[j].seq != 0 {
+				keys = append(keys, evictKey(sh.at(j)))
 			}
 		}
 		sh.mu.RUnlock()
@@ -76,12 +76,12 @@ func (ix *Index) evict() {
 		srcs := ix.reg.ids()
 		// Freeing shifts later entries back into the hole: look at the same
 		// position again. Entries only ever move to positions not yet passed.
-		for j := 0; j < len(sh.tab); {
-			n := &sh.tab[j]
-			if n.seq == 0 {
+		for j := 0; j < len(sh.dir); {
+			if sh.dir[j].seq == 0 {
 				j++
 				continue
 			}
+			n := sh.at(j)
 			key := evictKey(n)
 			if key > th || key == th && atTh <= 0 {
 				j++
@@ -120,7 +120,7 @@ func (ix *Index) evict() {
 
 // dropNode removes every holder of the node at pos and frees it.
 func (ix *Index) dropNode(sh *shard, pos int, srcs []*source, stale map[*source][]staleEntry) {
-	n := &sh.tab[pos]
+	n := sh.at(pos)
 	sh.tmp = sh.appendHolders(sh.tmp[:0], n)
 	for _, w := range sh.tmp {
 		id := w >> idShift
@@ -154,9 +154,11 @@ func (ix *Index) rebase() {
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.Lock()
-		for j := range sh.tab {
-			n := &sh.tab[j]
-			n.stamp = max(n.stamp, rebaseBy) - rebaseBy
+		for j := range sh.dir {
+			if sh.dir[j].seq != 0 {
+				n := sh.at(j)
+				n.stamp = max(n.stamp, rebaseBy) - rebaseBy
+			}
 		}
 		sh.mu.Unlock()
 	}

@@ -145,7 +145,7 @@ func TestRebase(t *testing.T) {
 	stamp := func(seq uint64) uint32 {
 		sh := &ix.shards[shardOf(seq)]
 		pos, _ := sh.find(seq)
-		return sh.tab[pos].loadStamp()
+		return sh.at(pos).loadStamp()
 	}
 	ix.clock.Store(rebaseAt<<epochShift - 2)
 	ix.Match(chain(0)[:1], MatchOptions{}) // epoch rebaseAt-1

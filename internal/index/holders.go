@@ -386,7 +386,7 @@ func (sh *shard) holds(seq uint64, id uint32, e uint64) (pos int, w uint32, ok b
 	if !ok {
 		return 0, 0, false
 	}
-	n := &sh.tab[pos]
+	n := sh.at(pos)
 	w, ok = sh.getHolder(n, id)
 	if !ok || sh.engineOf(n, w) != e {
 		return 0, 0, false
@@ -433,7 +433,7 @@ func (sh *shard) disagree(dst []uint32, n *node, id uint32, e uint64) []uint32 {
 // unhold clears tiers of holder word w of the node at pos and frees what
 // nobody holds. It reports whether the holder is gone and whether the node is.
 func (sh *shard) unhold(pos int, w, tiers uint32) (holderGone, nodeGone bool) {
-	n := &sh.tab[pos]
+	n := sh.at(pos)
 	if w&tiers&tierMask == 0 {
 		return false, false
 	}

@@ -57,6 +57,7 @@ type Index struct {
 	maxBlocks int
 
 	shards [numShards]shard
+	nodes  store
 	reg    registry
 	conf   conflicts
 	tokens tokens
@@ -87,6 +88,9 @@ func New(cfg Config) (*Index, error) {
 		return nil, fmt.Errorf("index: Config.MaxBlocks must not be negative, got %d", cfg.MaxBlocks)
 	}
 	ix := &Index{blockSize: cfg.BlockSize, maxBlocks: cfg.MaxBlocks}
+	for i := range ix.shards {
+		ix.shards[i].nodes = &ix.nodes
+	}
 	ix.reg.init()
 	ix.scratch.New = func() any { return new(scratch) }
 	return ix, nil
@@ -159,6 +163,7 @@ func (ix *Index) flush(s *source) {
 func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	var prev uint64
 	var depth, stamp uint32
+	after := noRef // the ref new nodes should follow: the parent's, then each block's
 	switch {
 	case op.Seqs != nil:
 		stamp = ix.epoch()
@@ -169,8 +174,9 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 			sh.mu.RLock()
 			var pos int
 			if pos, _, ok = sh.holds(pseq, s.id, op.Parent); ok {
-				n := &sh.tab[pos]
+				n := sh.at(pos)
 				prev, depth, stamp = n.seq, n.depth()+1, n.loadStamp()
+				after = sh.dir[pos].ref
 			}
 			sh.mu.RUnlock()
 		}
@@ -213,7 +219,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		if op.Seqs != nil {
 			d = op.Depths[i]
 		}
-		conf = ix.hold(s, seqs[i], d, stamp, bit, e, conf)
+		conf, after = ix.hold(s, seqs[i], d, stamp, after, bit, e, conf)
 	}
 	return conf, nil
 }
@@ -247,16 +253,19 @@ func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
 	prefetch(buf[:n])
 }
 
-// hold records that s holds identity seq on the tier bit under engine hash e.
-func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64, conf []uint32) []uint32 {
+// hold records that s holds identity seq on the tier bit under engine hash
+// e, and returns the node's ref; a new node goes right after ref after if
+// it can.
+func (ix *Index) hold(s *source, seq uint64, depth, stamp, after, bit uint32, e uint64, conf []uint32) ([]uint32, uint32) {
 	sh := &ix.shards[shardOf(seq)]
 	sh.mu.Lock()
 	pos, ok := sh.find(seq)
 	if !ok {
-		pos = sh.newNode(seq, e, depth, stamp)
+		pos = sh.newNode(seq, e, depth, stamp, after)
 		s.dBlocks++
 	}
-	n := &sh.tab[pos]
+	ref := sh.dir[pos].ref
+	n := sh.at(pos)
 	b := beforeOf(sh, n)
 	w, found := sh.getHolder(n, s.id)
 	var prevE uint64
@@ -304,7 +313,7 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, bit uint32, e uint64,
 			ix.remapped.Add(1)
 		}
 	}
-	return conf
+	return conf, ref
 }
 
 // unhold clears tiers of s's holding of seq if s holds it under e.
@@ -316,7 +325,7 @@ func (ix *Index) unhold(s *source, seq uint64, e uint64, tiers uint32) (gone, he
 	if !held {
 		return false, false
 	}
-	n := &sh.tab[pos]
+	n := sh.at(pos)
 	b := beforeOf(sh, n)
 	gone, nodeGone := sh.unhold(pos, w, tiers)
 	switch {
@@ -461,6 +470,8 @@ func (ix *Index) Stats() Stats {
 		st.Mapped += sh.mapped()
 		sh.mu.RUnlock()
 	}
-	st.Bytes += int64(st.Pairs)*perEngineEntry + ix.tokens.bytes()
+	nodes, mapped := ix.nodes.bytes()
+	st.Bytes += nodes + int64(st.Pairs)*perEngineEntry + ix.tokens.bytes()
+	st.Mapped += mapped
 	return st
 }

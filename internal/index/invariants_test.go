@@ -8,8 +8,8 @@ import (
 func hasDense(ix *Index) bool {
 	for i := range ix.shards {
 		sh := &ix.shards[i]
-		for j := range sh.tab {
-			if sh.tab[j].seq != 0 && sh.isDense(&sh.tab[j]) {
+		for j := range sh.dir {
+			if sh.dir[j].seq != 0 && sh.isDense(sh.at(j)) {
 				return true
 			}
 		}
@@ -24,17 +24,25 @@ func checkInvariants(t *testing.T, ix *Index) {
 	t.Helper()
 	blocks, pairs := 0, 0
 	srcs := ix.reg.ids()
+	refs := map[uint32]bool{}
 	sets := map[uint32][]uint32{} // token: the holders of a node carrying it
 	carriers := map[uint32]uint32{}
 	for si := range ix.shards {
 		sh := &ix.shards[si]
 		sh.mu.RLock()
 		live, alts := 0, 0
-		for pos := range sh.tab {
-			n := &sh.tab[pos]
-			if n.seq == 0 {
+		for pos := range sh.dir {
+			if sh.dir[pos].seq == 0 {
 				continue
 			}
+			n := sh.at(pos)
+			if n.seq != sh.dir[pos].seq {
+				t.Fatalf("shard %d: entry %#x names the node of %#x", si, sh.dir[pos].seq, n.seq)
+			}
+			if refs[sh.dir[pos].ref] {
+				t.Fatalf("shard %d: node %#x shares its ref", si, n.seq)
+			}
+			refs[sh.dir[pos].ref] = true
 			live++
 			c := sh.holderCount(n)
 			if c == 0 {
@@ -115,6 +123,7 @@ func checkInvariants(t *testing.T, ix *Index) {
 		sh.mu.RUnlock()
 	}
 	checkTokens(t, ix, carriers)
+	checkStore(t, ix, refs)
 	if int64(blocks) != ix.blocks.Load() || int64(pairs) != ix.pairs.Load() {
 		t.Fatalf("counters blocks %d pairs %d, counted %d %d", ix.blocks.Load(), ix.pairs.Load(), blocks, pairs)
 	}
@@ -165,5 +174,31 @@ func checkTokens(t *testing.T, ix *Index, carriers map[uint32]uint32) {
 		if tk.refs[tok] == 0 && !free[uint32(tok)] {
 			t.Fatalf("token %d unreferenced and not free", tok)
 		}
+	}
+}
+
+// checkStore verifies that the store's taken slots are exactly the nodes
+// the directories name, and that every other slot is clear.
+func checkStore(t *testing.T, ix *Index, refs map[uint32]bool) {
+	t.Helper()
+	st := &ix.nodes
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.live != len(refs) {
+		t.Fatalf("store: %d live, directories name %d", st.live, len(refs))
+	}
+	runs := make([]uint8, len(st.runUsed))
+	for ref := uint32(0); ref < st.bump; ref++ {
+		if st.taken(ref) != refs[ref] {
+			t.Fatalf("store: slot %d taken %v, named %v", ref, st.taken(ref), refs[ref])
+		}
+		if st.taken(ref) {
+			runs[ref/runLen]++
+		} else if *st.at(ref) != (node{}) {
+			t.Fatalf("store: free slot %d not clear", ref)
+		}
+	}
+	if !slices.Equal(runs, st.runUsed) {
+		t.Fatalf("store: run counts %v, counted %v", st.runUsed, runs)
 	}
 }

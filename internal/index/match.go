@@ -75,18 +75,11 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 		sc.now = ix.tick()
 	}
 	sc.prefetchLocal(local)
-	// The walk holds the read locks of the shards it may visit, each taken
-	// once, in ascending order (writers hold one shard lock at a time, so
-	// readers holding several cannot deadlock with them). A request longer
-	// than a window meets (nearly) every shard: lock them all rather than
-	// hash it first to find out; a short one locks just its own.
+	// The walk holds the read locks of every shard, each taken once, in
+	// ascending order (writers hold one shard lock at a time, so readers
+	// holding several cannot deadlock with them): it reads nodes where it
+	// predicts them, and a predicted slot may hold any shard's node.
 	locked := uint32(1)<<numShards - 1
-	if len(local) <= window {
-		locked = 0
-		for _, seq := range sc.hashes(local, len(local)) {
-			locked |= 1 << shardOf(ident(seq))
-		}
-	}
 	ix.rlockShards(locked)
 	reached := ix.walk(sc, local)
 	ix.runlockShards(locked)
@@ -196,12 +189,11 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 	var p0, p1 uint32
 	prevIn := false
 	var prevTok uint32 // the previous block's set token, when in the arena
-	ix.ahead(sc, 0)
-	ix.ahead(sc, window)
-	ix.locate(sc, 0)
+	sc.frontier = 0
+	ix.extend(sc, 3*window)
 	for base := 0; base < nb; base += window {
-		ix.ahead(sc, base+2*window)
-		ix.locate(sc, base+window)
+		ix.extend(sc, base+3*window)
+		ix.check(sc, base+window)
 		end := min(base+window, nb)
 		for i := base; i < end; i++ {
 			// Hash three windows ahead, a block per step: the hash
@@ -216,12 +208,13 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			n := sc.at[i]
 			if n == nil || n.seq != seq {
 				sh := &ix.shards[shardOf(seq)]
-				pos, ok := sh.find(seq) // further along its probe?
+				pos, ok := sh.find(seq) // a jump: where does the chain go on?
 				if !ok {
 					sc.primary = primary
 					return i // the prefix ends here for everybody
 				}
-				n = &sh.tab[pos]
+				n = sh.at(pos)
+				ix.chainFrom(sc, i, n, sh.dir[pos].ref)
 			}
 			// The usual step along a conversation is a node with its
 			// holders inline, the same words as the block before, and no
@@ -281,65 +274,141 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 	return nb
 }
 
-// ahead notes in sc.at the home slot of the node of each block in the
-// window at i, hashed already, and starts loading those lines.
-func (ix *Index) ahead(sc *scratch, i int) {
-	seqs, at := sc.window(i)
-	if len(seqs) == 0 {
+// askedRef marks a block whose directory line has been asked for: its
+// node is not where the chain predicted, or the chain's run ended.
+const askedRef = noRef - 1
+
+// extend predicts where the nodes of blocks [sc.frontier, to) are: each
+// right after the block before's, within its run, and starts loading
+// their lines (a run's nodes are consecutive: a line holds two). Where a
+// run ends, the chain jumps: the next block's directory line is asked
+// for instead. A block after one whose place is unknown stays unknown
+// until walk finds that one and predicts anew (chainFrom).
+func (ix *Index) extend(sc *scratch, to int) {
+	to = min(to, len(sc.seqs))
+	j := sc.frontier
+	if j >= to {
 		return
 	}
 	addrs := sc.addrs[:0]
-	for k, seq := range seqs {
-		seq = ident(seq)
-		t := ix.shards[shardOf(seq)].tab
-		if len(t) == 0 {
-			at[k] = nil
-			continue
-		}
-		n := &t[home(seq, uint64(len(t)-1))]
-		at[k] = n
-		addrs = append(addrs, uintptr(unsafe.Pointer(n)))
+	var line uintptr
+	if j == 0 {
+		// The first block has no predecessor: ask for its directory line.
+		sc.at[0], sc.refs[0] = nil, askedRef
+		addrs = ix.askDir(addrs, sc.seqs[0])
+		j++
 	}
-	prefetch(addrs)
+	for ; j < to; j++ {
+		p := sc.refs[j-1]
+		switch {
+		case p < askedRef && (p+1)%runLen != 0:
+			n := (*node)(unsafe.Add(unsafe.Pointer(sc.at[j-1]), unsafe.Sizeof(node{})))
+			sc.at[j], sc.refs[j] = n, p+1
+			if a := uintptr(unsafe.Pointer(n)) &^ 63; a != line {
+				addrs = append(addrs, a)
+				line = a
+			}
+		case p < askedRef: // the run ends
+			sc.at[j], sc.refs[j] = nil, askedRef
+			addrs = ix.askDir(addrs, sc.seqs[j])
+		default:
+			sc.at[j], sc.refs[j] = nil, noRef
+		}
+	}
+	sc.frontier = to
+	if len(addrs) > 0 {
+		prefetch(addrs)
+	}
 	sc.addrs = addrs
 }
 
-// locate moves sc.at of the window at i to the second slot of the home
-// line for a node not in the first (the line ahead asked for a window
-// earlier holds both). It starts loading the next line for a node in
-// neither (one in nine), and the holder block of one whose holders are in
-// the arena. walk finds what locate missed by a probe.
-func (ix *Index) locate(sc *scratch, i int) {
+// askDir appends the address of seq's home directory line.
+func (ix *Index) askDir(addrs []uintptr, seq uint64) []uintptr {
+	seq = ident(seq)
+	sh := &ix.shards[shardOf(seq)]
+	if len(sh.dir) == 0 {
+		return addrs
+	}
+	return append(addrs, uintptr(unsafe.Pointer(&sh.dir[home(seq, uint64(len(sh.dir)-1))])))
+}
+
+// check verifies the predictions of the window at i, whose lines were
+// asked for a window ago, and asks for the holder blocks walk will load.
+// At the first block whose place is not confirmed it stops: a node not
+// where predicted has its directory line asked for (walk looks it up); a
+// block whose directory line was asked for a window ago is looked up now
+// and the chain predicted anew from it, its lines asked for (walk checks
+// them).
+func (ix *Index) check(sc *scratch, i int) {
 	seqs, at := sc.window(i)
 	if len(seqs) == 0 {
 		return
 	}
 	addrs := sc.addrs[:0]
 	for k, seq := range seqs {
+		j := i + k
+		seq = ident(seq)
 		n := at[k]
-		if n == nil {
+		if n != nil && n.seq == seq {
+			if n.meta&metaMore != 0 && !sc.sameSet(j, n) {
+				addrs = append(addrs, uintptr(unsafe.Pointer(&ix.shards[shardOf(seq)].arena[n.h0])))
+			}
 			continue
 		}
-		seq = ident(seq)
-		if n.seq != seq {
-			// home is even: its line's second slot is in the table.
-			n = (*node)(unsafe.Add(unsafe.Pointer(n), unsafe.Sizeof(node{})))
-			at[k] = n
-			if n.seq != seq {
-				sh := &ix.shards[shardOf(seq)]
-				mask := uint64(len(sh.tab) - 1)
-				addrs = append(addrs, uintptr(unsafe.Pointer(&sh.tab[(home(seq, mask)+2)&mask])))
-				continue
+		switch {
+		case n != nil: // a jump the run did not foretell
+			at[k], sc.refs[j] = nil, askedRef
+			addrs = ix.askDir(addrs, seq)
+			sc.forget(j + 1)
+		case sc.refs[j] == askedRef:
+			sh := &ix.shards[shardOf(seq)]
+			if pos, ok := sh.find(seq); ok {
+				ix.chainFrom(sc, j, sh.at(pos), sh.dir[pos].ref)
+			} else {
+				sc.forget(j + 1) // the prefix ends here: walk will see
 			}
 		}
-		if n.meta&metaMore != 0 && !sc.sameSet(i+k, n) {
-			addrs = append(addrs, uintptr(unsafe.Pointer(&ix.shards[shardOf(seq)].arena[n.h0])))
-		}
+		break
 	}
 	if len(addrs) > 0 {
 		prefetch(addrs)
 	}
 	sc.addrs = addrs
+}
+
+// forget marks the predictions from block j to the frontier unknown.
+func (sc *scratch) forget(j int) {
+	for ; j < sc.frontier; j++ {
+		sc.at[j], sc.refs[j] = nil, noRef
+	}
+}
+
+// chainFrom predicts anew the blocks after j, whose node n at ref has just
+// been found, up to the frontier, and starts loading their lines (and the
+// directory line of the block after the run's end).
+func (ix *Index) chainFrom(sc *scratch, j int, n *node, ref uint32) {
+	sc.at[j], sc.refs[j] = n, ref
+	line := uintptr(unsafe.Pointer(n)) &^ 63
+	addrs := append(sc.chainAddrs[:0], line)
+	for j++; j < sc.frontier; j++ {
+		if (ref+1)%runLen == 0 {
+			sc.at[j], sc.refs[j] = nil, askedRef
+			addrs = ix.askDir(addrs, sc.seqs[j])
+			sc.forget(j + 1)
+			break
+		}
+		n = (*node)(unsafe.Add(unsafe.Pointer(n), unsafe.Sizeof(node{})))
+		ref++
+		sc.at[j], sc.refs[j] = n, ref
+		if a := uintptr(unsafe.Pointer(n)) &^ 63; a != line {
+			addrs = append(addrs, a)
+			line = a
+		}
+	}
+	if len(addrs) > 0 {
+		prefetch(addrs)
+	}
+	sc.chainAddrs = addrs
 }
 
 // sameSet reports whether block j's node n, with holders in the arena,
@@ -370,8 +439,11 @@ type scratch struct {
 	alive      int
 	now        uint32 // recency epoch to stamp on the nodes walked, 0: none
 	seqs       []uint64
-	at         []*node // where each block's node likely is (ahead, locate)
+	at         []*node  // where each block's node likely is (extend, check)
+	refs       []uint32 // and its ref, or noRef, or askedRef
+	frontier   int      // blocks predicted so far
 	addrs      []uintptr
+	chainAddrs []uintptr
 	inline     [inlineMax]uint32 // holders of an inline node, for this block
 	prevInline [inlineMax]uint32 // and for the last, when prev was inline
 	abuf       []altHolder       // alt holders of a block
@@ -407,6 +479,7 @@ func (sc *scratch) reset(nsrc int, chains bool, n int) {
 	}
 	if len(sc.at) < n {
 		sc.at = make([]*node, n)
+		sc.refs = make([]uint32, n)
 	}
 	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
 	sc.cohort, sc.left = sc.cohort[:0], sc.left[:0]

@@ -6,9 +6,8 @@ import (
 	"unsafe"
 )
 
-// Layout. A node lives inline in its shard's open-addressing table, so that
-// a lookup costs one cache line: matching walks a request block by block,
-// and each block is a likely cache miss.
+// Layout. A node lives in the index's store (store.go), at a position
+// that follows its chain; each shard's directory maps an identity to it.
 //
 // Shards: enough that writers of different sources rarely meet on one
 // lock, few enough that a Match, which read-locks every shard its request
@@ -47,36 +46,45 @@ type node struct {
 func (n *node) depth() uint32 { return n.meta & maxDepth }
 
 // shard is a part of the index selected by the top bits of the sequence
-// hash. Writers lock one shard at a time; readers that lock several take
-// them in ascending order.
+// hash: its directory maps identities to their nodes' refs in the store.
+// Writers lock one shard at a time; readers that lock several take them in
+// ascending order.
 type shard struct {
 	mu    sync.RWMutex
-	tab   []node   // power of two; linear probing from seq's low bits
-	tabAt *mapping // tab's memory when mapped (bigmem.go)
+	dir   []dirEnt // power of two; linear probing from seq's low bits
+	dirAt *mapping // dir's memory when mapped (bigmem.go)
 	live  int
+	nodes *store // the index's, shared by every shard
 	arena []uint32
 	afree [arenaClasses][]uint32
 	// alt keeps the engine hash of holders that disagree with node.engine;
 	// rare (mixed hash seeds).
 	alt map[altKey]uint64
 	tmp []uint32 // writer scratch
-	// pf locates tab for prefetching without the lock: a store asks for
+	// pf locates dir for prefetching without the lock: a store asks for
 	// its blocks' lines before it takes each block's lock. A prefetch of
-	// a table grow has just replaced is harmless.
+	// a directory grow has just replaced is harmless.
 	pf atomic.Pointer[tabAddr]
 	_  [64]byte // keeps neighbouring shards' mutexes off one cache line
 }
 
-// tabAddr is where a shard's table starts and its mask, for prefetching:
-// an address, not a pointer, so it keeps no table alive.
+// dirEnt is a directory entry: 16 bytes, four to a cache line.
+type dirEnt struct {
+	seq uint64 // 0: empty
+	ref uint32
+	_   uint32
+}
+
+// tabAddr is where a shard's directory starts and its mask, for
+// prefetching: an address, not a pointer, so it keeps no table alive.
 type tabAddr struct {
 	base uintptr
 	mask uint64
 }
 
-// addr returns the address of identity seq's home slot.
+// addr returns the address of identity seq's home entry.
 func (a *tabAddr) addr(seq uint64) uintptr {
-	return a.base + uintptr(home(seq, a.mask))*unsafe.Sizeof(node{})
+	return a.base + uintptr(home(seq, a.mask))*unsafe.Sizeof(dirEnt{})
 }
 
 type altKey struct {
@@ -84,21 +92,20 @@ type altKey struct {
 	id  uint32
 }
 
-// home returns where the probe for identity seq starts: the first slot of
-// a cache line (a node is 32 bytes, a table a power of two of them, at
-// least 16), so that the line a lookup loads first holds the two slots
-// where most nodes sit: at the index's load factor, 89% of nodes, against
-// 63% for probes starting anywhere.
-func home(seq, mask uint64) uint64 { return seq & mask &^ 1 }
+// home returns where the probe for identity seq starts: the first entry of
+// a cache line (a directory is a power of two of 16-byte entries, at least
+// 16), so that the line a lookup loads first holds the four entries where
+// most identities sit.
+func home(seq, mask uint64) uint64 { return seq & mask &^ 3 }
 
-// find returns the table position of identity seq.
+// find returns the directory position of identity seq.
 func (sh *shard) find(seq uint64) (int, bool) {
-	if len(sh.tab) == 0 {
+	if len(sh.dir) == 0 {
 		return 0, false
 	}
-	mask := uint64(len(sh.tab) - 1)
+	mask := uint64(len(sh.dir) - 1)
 	for i := home(seq, mask); ; i = (i + 1) & mask {
-		switch sh.tab[i].seq {
+		switch sh.dir[i].seq {
 		case seq:
 			return int(i), true
 		case 0:
@@ -107,67 +114,68 @@ func (sh *shard) find(seq uint64) (int, bool) {
 	}
 }
 
-// slot returns the position of identity seq if it is in the first line of
-// its probe, else the second slot of that line, computed without a branch
-// on the table (shard not empty): Match uses it on nodes still in flight.
-func (sh *shard) slot(seq uint64) uint64 {
-	pos := home(seq, uint64(len(sh.tab)-1))
-	d := sh.tab[pos].seq ^ seq
-	return pos + (d|-d)>>63 // d|-d has its top bit set iff d != 0
-}
+// at returns the node of the directory entry at pos.
+func (sh *shard) at(pos int) *node { return sh.nodes.at(sh.dir[pos].ref) }
 
 func (sh *shard) grow() {
-	old, oldAt := sh.tab, sh.tabAt
-	sh.tab, sh.tabAt = makeTable[node](max(16, 2*len(old)))
-	mask := uint64(len(sh.tab) - 1)
-	sh.pf.Store(&tabAddr{uintptr(unsafe.Pointer(&sh.tab[0])), mask})
+	old, oldAt := sh.dir, sh.dirAt
+	sh.dir, sh.dirAt = makeTable[dirEnt](max(16, 2*len(old)))
+	mask := uint64(len(sh.dir) - 1)
+	sh.pf.Store(&tabAddr{uintptr(unsafe.Pointer(&sh.dir[0])), mask})
 	for k := range old {
 		if old[k].seq == 0 {
 			continue
 		}
 		i := home(old[k].seq, mask)
-		for sh.tab[i].seq != 0 {
+		for sh.dir[i].seq != 0 {
 			i = (i + 1) & mask
 		}
-		sh.tab[i] = old[k]
+		sh.dir[i] = old[k]
 	}
 	oldAt.free()
 }
 
-// newNode adds identity seq (not present) and returns its position.
-func (sh *shard) newNode(seq, engine uint64, depth, stamp uint32) int {
-	if (sh.live+1)*4 > len(sh.tab)*3 {
+// newNode adds identity seq (not present), its node right after the node
+// at ref after if that slot is free (noRef: anywhere), and returns its
+// directory position.
+func (sh *shard) newNode(seq, engine uint64, depth, stamp, after uint32) int {
+	if (sh.live+1)*4 > len(sh.dir)*3 {
 		sh.grow()
 	}
-	mask := uint64(len(sh.tab) - 1)
+	mask := uint64(len(sh.dir) - 1)
 	i := home(seq, mask)
-	for sh.tab[i].seq != 0 {
+	for sh.dir[i].seq != 0 {
 		i = (i + 1) & mask
 	}
-	sh.tab[i] = node{seq: seq, engine: engine, stamp: stamp, meta: depth}
+	ref := sh.nodes.alloc(after)
+	*sh.nodes.at(ref) = node{seq: seq, engine: engine, stamp: stamp, meta: depth}
+	sh.dir[i] = dirEnt{seq: seq, ref: ref}
 	sh.live++
 	return int(i)
 }
 
-// freeNode drops the node at position i, which has no holders, shifting
-// later entries of its probe run back so lookups never meet tombstones.
-// Positions of other nodes may change.
+// freeNode drops the node of the entry at position i, which has no
+// holders, shifting later entries of its probe run back so lookups never
+// meet tombstones. Positions of other entries may change; refs do not.
 func (sh *shard) freeNode(i int) {
-	mask := len(sh.tab) - 1
+	ref := sh.dir[i].ref
+	*sh.nodes.at(ref) = node{}
+	sh.nodes.release(ref)
+	mask := len(sh.dir) - 1
 	for j := i; ; {
 		j = (j + 1) & mask
-		seq := sh.tab[j].seq
+		seq := sh.dir[j].seq
 		if seq == 0 {
 			break
 		}
 		h := int(home(seq, uint64(mask)))
 		// Move j back to the hole at i unless its home lies in (i, j].
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			sh.tab[i] = sh.tab[j]
+			sh.dir[i] = sh.dir[j]
 			i = j
 		}
 	}
-	sh.tab[i] = node{}
+	sh.dir[i] = dirEnt{}
 	sh.live--
 }
 
@@ -181,12 +189,12 @@ func (n *node) touch(now uint32) {
 	}
 }
 
-// mapped is the shard's memory outside the Go heap.
-func (sh *shard) mapped() int64 { return sh.tabAt.mappedBytes() }
+// mapped is the shard's directory memory outside the Go heap.
+func (sh *shard) mapped() int64 { return sh.dirAt.mappedBytes() }
 
-// bytes estimates the shard's memory.
+// bytes estimates the shard's memory, its nodes (in the store) aside.
 func (sh *shard) bytes() int64 {
-	b := int64(cap(sh.tab))*32 + int64(cap(sh.arena))*4
+	b := int64(cap(sh.dir))*16 + int64(cap(sh.arena))*4
 	for _, f := range sh.afree {
 		b += int64(cap(f)) * 4
 	}

@@ -23,6 +23,7 @@ func TestShardTable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(7, 7))
 			var sh shard
+			sh.nodes = new(store)
 			present := make(map[uint64]bool)
 			var keys []uint64
 			for i := range 4000 {
@@ -32,7 +33,7 @@ func TestShardTable(t *testing.T) {
 					keys[j] = keys[len(keys)-1]
 					keys = keys[:len(keys)-1]
 					pos, ok := sh.find(k)
-					if !ok || sh.tab[pos].seq != k {
+					if !ok || sh.at(pos).seq != k {
 						t.Fatalf("step %d: find(%#x) = %d %v", i, k, pos, ok)
 					}
 					sh.freeNode(pos)
@@ -42,8 +43,8 @@ func TestShardTable(t *testing.T) {
 					if present[k] {
 						continue
 					}
-					pos := sh.newNode(k, 0, 0, 0)
-					if sh.tab[pos].seq != k {
+					pos := sh.newNode(k, 0, 0, 0, noRef)
+					if sh.at(pos).seq != k {
 						t.Fatalf("newNode put %#x elsewhere", k)
 					}
 					present[k] = true
@@ -51,12 +52,12 @@ func TestShardTable(t *testing.T) {
 				}
 				if i%97 == 0 || i > 3900 {
 					for k := range present {
-						if pos, ok := sh.find(k); !ok || sh.tab[pos].seq != k {
+						if pos, ok := sh.find(k); !ok || sh.at(pos).seq != k {
 							t.Fatalf("step %d: find(%#x) = %d %v", i, k, pos, ok)
 						}
 					}
 					used := 0
-					for _, n := range sh.tab {
+					for _, n := range sh.dir {
 						if n.seq != 0 {
 							used++
 							if !present[n.seq] {
@@ -83,15 +84,16 @@ func TestHolderSets(t *testing.T) {
 		t.Run(fmt.Sprint(ids, "x", c.scale), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(ids), 1))
 			var sh shard
-			sh.newNode(42, 0, 0, 0)
-			sh.newNode(43, 0, 0, 0) // shares the arena
+			sh.nodes = new(store)
+			sh.newNode(42, 0, 0, 0, noRef)
+			sh.newNode(43, 0, 0, 0, noRef) // shares the arena
 			want := map[uint64][]uint32{}
 			dense := false
 			steps := 8000
 			for step := range steps {
 				seq := uint64(42 + r.IntN(2))
 				pos, _ := sh.find(seq)
-				n := &sh.tab[pos]
+				n := sh.at(pos)
 				list := want[seq]
 				id := uint32(r.IntN(ids) * c.scale)
 				// Grow for the first half, then shrink.
@@ -116,7 +118,7 @@ func TestHolderSets(t *testing.T) {
 				}
 				for _, s := range []uint64{42, 43} {
 					pos, _ := sh.find(s)
-					n := &sh.tab[pos]
+					n := sh.at(pos)
 					got := sh.appendHolders(nil, n)
 					if !slices.Equal(got, want[s]) || sh.holderCount(n) != len(got) {
 						t.Fatalf("step %d: holders of %d %v (count %d), want %v", step, s, got, sh.holderCount(n), want[s])

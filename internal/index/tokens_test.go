@@ -20,7 +20,7 @@ func tokensAlong(t *testing.T, ix *Index, local []uint64) []uint32 {
 		if !ok {
 			t.Fatalf("block %#x not indexed", seq)
 		}
-		n := &sh.tab[pos]
+		n := sh.at(pos)
 		tok := uint32(0)
 		if n.meta&metaMore != 0 {
 			tok = n.h1
