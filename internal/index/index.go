@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"kvrouter/internal/kvhash"
 )
@@ -214,14 +215,41 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		ix.prefetch(s, op.Hashes, seqs)
 	}
 	bit := uint32(1) << op.Tier
+	pfFrom, pfTo := noRef, noRef // refs whose node lines were asked for
 	for i, e := range op.Hashes {
 		d := depth + uint32(i)
 		if op.Seqs != nil {
 			d = op.Depths[i]
 		}
-		conf, after = ix.hold(s, seqs[i], d, stamp, after, bit, e, conf)
+		var n *node
+		conf, after, n = ix.hold(s, seqs[i], d, stamp, after, bit, e, conf)
+		// The chain's next nodes, existing or new, most likely follow this
+		// one in its run: ask for their lines at once, not one by one.
+		if left := uint32(len(op.Hashes) - 1 - i); left > 0 && (after < pfFrom || after >= pfTo) {
+			end := min(after+left, after|(runLen-1))
+			prefetchRun(n, end-after)
+			pfFrom, pfTo = after+1, end
+		}
 	}
 	return conf, nil
+}
+
+// prefetchRun asks for the lines of the k nodes after n in its run.
+func prefetchRun(n *node, k uint32) {
+	var buf [runLen / 2]uintptr
+	m := 0
+	last := uintptr(unsafe.Pointer(n)) &^ 63
+	for a := uintptr(unsafe.Pointer(n)); k > 0; k-- {
+		a += unsafe.Sizeof(node{})
+		if l := a &^ 63; l != last {
+			buf[m] = l
+			m++
+			last = l
+		}
+	}
+	if m > 0 {
+		prefetch(buf[:m])
+	}
 }
 
 // prefetch asks for the engine-map slots and table lines a store is about
@@ -256,7 +284,7 @@ func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
 // hold records that s holds identity seq on the tier bit under engine hash
 // e, and returns the node's ref; a new node goes right after ref after if
 // it can.
-func (ix *Index) hold(s *source, seq uint64, depth, stamp, after, bit uint32, e uint64, conf []uint32) ([]uint32, uint32) {
+func (ix *Index) hold(s *source, seq uint64, depth, stamp, after, bit uint32, e uint64, conf []uint32) ([]uint32, uint32, *node) {
 	sh := &ix.shards[shardOf(seq)]
 	sh.mu.Lock()
 	pos, ok := sh.find(seq)
@@ -313,7 +341,7 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, after, bit uint32, e 
 			ix.remapped.Add(1)
 		}
 	}
-	return conf, ref
+	return conf, ref, n
 }
 
 // unhold clears tiers of s's holding of seq if s holds it under e.
