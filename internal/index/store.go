@@ -20,8 +20,9 @@ import (
 const (
 	runLen    = 32
 	chunkBase = 1024 // chunk c holds chunkBase<<c nodes
-	numChunks = 22   // up to chunkBase * (2^22 - 1) nodes
+	numChunks = 23   // chunkBase * (2^23 - 1) > 2^32 refs
 	noRef     = ^uint32(0)
+	maxNodes  = noRef - 2*runLen // refs stay clear of noRef and askedRef
 )
 
 type store struct {
@@ -34,12 +35,13 @@ type store struct {
 	bump     uint32   // runs are handed out from here
 	used     []uint64 // a bit a slot
 	runUsed  []uint8  // taken slots a run
-	freeRuns []uint32 // runs with no slot taken
-	// freeSlots are slots freed in runs still in use: taken (lazily
-	// checked) once the store holds twice what lives in it, so that churn
-	// cannot grow it without bound.
-	freeSlots []uint32
-	live      int
+	freeRuns []uint32 // runs that were empty when freed (some may be taken again)
+	listed   []uint64 // a bit a run: in freeRuns
+	// Once the store holds twice what lives in it, new chains take single
+	// free slots, found from cursor on: at least half the slots are free
+	// then, so the search is short, and churn cannot grow the store.
+	cursor uint32
+	live   int
 }
 
 type chunk struct {
@@ -63,25 +65,26 @@ func (st *store) at(ref uint32) *node {
 // alloc takes a free slot, right after after if it can (noRef: none).
 func (st *store) alloc(after uint32) uint32 {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	ref := noRef
-	switch c := after + 1; {
-	case after != noRef && c%runLen != 0 && c < st.bump && !st.taken(c):
+	if c := after + 1; after != noRef && c%runLen != 0 && c < st.bump && !st.taken(c) {
 		ref = c
-	default:
-		ref = st.freeRun()
-		if ref == noRef && int(st.bump) >= 2*st.live+4*runLen {
+	} else if ref = st.freeRun(); ref == noRef {
+		if int(st.bump) >= 2*st.live+4*runLen {
 			ref = st.freeSlot()
+		} else {
+			if st.bump >= maxNodes {
+				st.mu.Unlock()
+				panic("index: 4 billion blocks indexed; set Config.MaxBlocks to bound the index")
+			}
+			ref = st.bump
+			st.grow(ref + runLen)
+			st.bump += runLen
 		}
-	}
-	if ref == noRef {
-		ref = st.bump
-		st.grow(ref + runLen)
-		st.bump += runLen
 	}
 	st.used[ref/64] |= 1 << (ref % 64)
 	st.runUsed[ref/runLen]++
 	st.live++
+	st.mu.Unlock()
 	return ref
 }
 
@@ -94,24 +97,30 @@ func (st *store) freeRun() uint32 {
 	for n := len(st.freeRuns); n > 0; n-- {
 		ref := st.freeRuns[n-1]
 		st.freeRuns = st.freeRuns[:n-1]
-		if st.runUsed[ref/runLen] == 0 {
+		run := ref / runLen
+		st.listed[run/64] &^= 1 << (run % 64)
+		if st.runUsed[run] == 0 {
 			return ref
 		}
 	}
 	return noRef
 }
 
-// freeSlot pops a free slot, noRef if none is left (entries taken again
-// since they were freed are dropped as met).
+// freeSlot returns a free slot below bump, searching from the cursor; at
+// least half of them are free when it is called.
 func (st *store) freeSlot() uint32 {
-	for n := len(st.freeSlots); n > 0; n-- {
-		ref := st.freeSlots[n-1]
-		st.freeSlots = st.freeSlots[:n-1]
-		if !st.taken(ref) {
-			return ref
+	words := uint32(len(st.used))
+	for k := uint32(0); k < words; k++ {
+		w := (st.cursor/64 + k) % words
+		if free := ^st.used[w]; free != 0 {
+			ref := w*64 + uint32(bits.TrailingZeros64(free))
+			if ref < st.bump {
+				st.cursor = ref
+				return ref
+			}
 		}
 	}
-	return noRef
+	panic("index: node store full below its bump") // unreachable: bump >= 2*live
 }
 
 // grow makes room for refs below end.
@@ -121,6 +130,9 @@ func (st *store) grow(end uint32) {
 	}
 	for r := int(end / runLen); len(st.runUsed) < r; {
 		st.runUsed = append(st.runUsed, 0)
+	}
+	for w := (int(end/runLen) + 63) / 64; len(st.listed) < w; {
+		st.listed = append(st.listed, 0)
 	}
 	c, _ := chunkOf(end - 1)
 	for k := 0; k <= c; k++ {
@@ -133,15 +145,14 @@ func (st *store) grow(end uint32) {
 // release frees ref, whose node the caller has cleared.
 func (st *store) release(ref uint32) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	st.used[ref/64] &^= 1 << (ref % 64)
 	st.live--
 	run := ref / runLen
-	if st.runUsed[run]--; st.runUsed[run] == 0 {
+	if st.runUsed[run]--; st.runUsed[run] == 0 && st.listed[run/64]&(1<<(run%64)) == 0 {
+		st.listed[run/64] |= 1 << (run % 64)
 		st.freeRuns = append(st.freeRuns, run*runLen)
-		return
 	}
-	st.freeSlots = append(st.freeSlots, ref)
+	st.mu.Unlock()
 }
 
 // bytes estimates the store's memory; mapped is the part outside the heap.
@@ -152,6 +163,6 @@ func (st *store) bytes() (all, mapped int64) {
 		all += int64(cap(c.nodes)) * 32
 		mapped += c.at.mappedBytes()
 	}
-	all += int64(cap(st.used))*8 + int64(cap(st.runUsed)) + int64(cap(st.freeRuns)+cap(st.freeSlots))*4
+	all += int64(cap(st.used)+cap(st.listed))*8 + int64(cap(st.runUsed)) + int64(cap(st.freeRuns))*4
 	return all, mapped
 }
