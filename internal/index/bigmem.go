@@ -5,18 +5,19 @@ import (
 	"unsafe"
 )
 
-// Large tables (a shard's node table, megabytes in a big index) are mapped
-// outside the Go heap, on huge pages where the kernel grants them. A match
-// loads about 120 random lines of the node tables; with
-// 4-KiB pages each is also a TLB miss, and the page walks hold up the
-// prefetches a match issues ahead of its use (a prefetch waits for its
-// walk). On 2-MiB pages the tables fit the TLB: about 10% off a cold
+// Large tables (a shard's directory and the node store's chunks,
+// megabytes in a big index) are mapped outside the Go heap, on huge pages
+// where the kernel grants them. A match loads a hundred lines or so of
+// them; with 4-KiB pages each is also a TLB miss, and the page walks hold
+// up the prefetches a match issues ahead of its use (a prefetch waits for
+// its walk). On 2-MiB pages the tables fit the TLB: about 10% off a cold
 // 16-source match on the development VM (docs/benchmarks.md, tenth
 // session). Holder arenas stay on the heap: smaller, and no faster mapped.
 //
-// The GC neither scans this memory nor frees it: the shard frees a table
+// The GC neither scans this memory nor frees it: a shard frees a directory
 // when it replaces it (under its write lock, so no reader still uses it),
-// and a cleanup frees what a dropped index still held.
+// the store never frees a chunk, and a cleanup frees what a dropped index
+// still held.
 const hugePage = 2 << 20
 
 // mapAt is the size in bytes from which a table is mapped: a huge page

@@ -11,11 +11,12 @@
 // eviction is a logical clock advanced by Match.
 //
 // Concurrency: the index is split into 16 shards by the top bits of the
-// identity, each with its own RWMutex. A writer holds one shard's lock at a
-// time, for one block; Match read-locks the shards it may visit (all of
-// them for a request longer than a few blocks) together, always in
-// ascending order, so readers never deadlock with writers and never
-// exclude each other: there is no global lock. Ops of one source apply in
+// identity, each with its own RWMutex over its directory and the nodes it
+// names. A writer holds one shard's lock at a time, for one block; Match
+// read-locks every shard together, always in ascending order, so readers
+// never deadlock with writers and never exclude each other: there is no
+// global lock. (Match reads nodes where it predicts them, and a predicted
+// slot may hold any shard's node.) Ops of one source apply in
 // order under that source's mutex; ops of different sources proceed in
 // parallel.
 //
@@ -252,7 +253,7 @@ func prefetchRun(n *node, k uint32) {
 	}
 }
 
-// prefetch asks for the engine-map slots and table lines a store is about
+// prefetch asks for the engine-map slots and directory lines a store is about
 // to update, all at once, so that their misses overlap rather than come one
 // block at a time. It takes no shard lock: it loads nothing from the tables.
 func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {

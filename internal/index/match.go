@@ -57,7 +57,7 @@ func (m *Match) Source() Source {
 // block, its overlap with the request given by its local hashes, ordered
 // by Depth, deepest first (ties in no particular order). It stops walking
 // the request once no source extends the prefix, having hashed at most
-// three windows of blocks ahead and prefetched at most two.
+// three windows of blocks ahead and predicted at most two.
 func (ix *Index) Match(local []uint64, opts MatchOptions) []Match {
 	return ix.AppendMatch(nil, local, opts)
 }
@@ -83,7 +83,7 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	ix.rlockShards(locked)
 	reached := ix.walk(sc, local)
 	ix.runlockShards(locked)
-	// The pooled scratch must not keep a table alive past its grow.
+	// The pooled scratch keeps no node pointers between matches.
 	clear(sc.at[:len(sc.seqs)])
 	return sc.results(dst, tbl, uint32(reached))
 }
@@ -162,17 +162,17 @@ func ident(seq uint64) uint64 {
 // without copying.
 //
 // Most of a match's time would be waiting for memory: every block's node
-// is a likely cache (and TLB) miss. So walk runs a pipeline over windows
-// of blocks: it asks for the home lines of the nodes of the window after
-// next (ahead), finds where the next window's nodes sit in the
-// lines asked for a window earlier, asking for what those not in their
-// home line or with holders in the arena need next (locate), and only
-// then processes this window, whose memory was asked for one and two
-// windows ago, hashing the blocks three windows on as it goes. The
-// prefetches do not block: the loads proceed while the CPU works on the
-// window at hand. Each stage touches a node's line once
-// and asks only for lines not yet asked for: on this VM, a match costs
-// about what its instructions and its distinct lines do.
+// is a likely cache miss. Nodes sit in runs that follow their chains
+// (store.go), so walk runs a pipeline over windows of blocks: it predicts
+// the nodes of the window after next, each right after the block before's
+// in its run, asking for their lines, or for the directory line of a
+// block where a run ends (extend); confirms the next window's predictions,
+// asked for a window ago, looking up a block whose directory line came
+// and predicting anew from it (check); and only then processes this
+// window, hashing the blocks three windows on as it goes. A block whose
+// node is not where predicted is looked up in the directory, and the
+// chain predicted anew from it. The prefetches do not block: the loads
+// proceed while the CPU works on the window at hand.
 func (ix *Index) walk(sc *scratch, local []uint64) int {
 	nb := len(local)
 	seqs := sc.hashes(local, 3*window)
@@ -412,7 +412,7 @@ func (ix *Index) chainFrom(sc *scratch, j int, n *node, ref uint32) {
 }
 
 // sameSet reports whether block j's node n, with holders in the arena,
-// has the set token of block j-1's node, located already: walk will not
+// has the set token of block j-1's node, confirmed already: walk will not
 // load its holders.
 func (sc *scratch) sameSet(j int, n *node) bool {
 	if j == 0 || n.meta&metaAlt != 0 {
