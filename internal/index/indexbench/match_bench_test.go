@@ -29,8 +29,8 @@ var fullIndex = sync.OnceValues(func() (*Workload, *index.Index) {
 
 // BenchmarkMatch16Cold matches random conversation prompts against the full
 // workload's index, whose nodes are out of cache (~100 MiB of node store and
-// directories), and
-// reports the mean match alone (match-ns), without choosing the prompt.
+// directories), and reports the mean match alone (match-ns), without
+// choosing the prompt.
 // The prompts' hashes are read cold as well.
 func BenchmarkMatch16Cold(b *testing.B) {
 	w, ix := fullIndex()
