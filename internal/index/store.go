@@ -156,12 +156,24 @@ func (st *store) release(ref uint32) {
 }
 
 // bytes estimates the store's memory; mapped is the part outside the heap.
+// A mapped chunk counts the huge pages below the bump only: the last one
+// is mostly reserved, not touched, and the kernel backs a page when it is
+// first written.
 func (st *store) bytes() (all, mapped int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, c := range st.chunks {
-		all += int64(cap(c.nodes)) * 32
-		mapped += c.at.mappedBytes()
+	for c, ch := range st.chunks {
+		if ch.nodes == nil {
+			continue
+		}
+		size := int64(len(ch.nodes)) * 32
+		if ch.at != nil {
+			start := int64(chunkBase) * (1<<c - 1)
+			touched := (int64(st.bump) - start) * 32
+			size = min(size, (touched+hugePage-1)/hugePage*hugePage)
+			mapped += size
+		}
+		all += size
 	}
 	all += int64(cap(st.used)+cap(st.listed))*8 + int64(cap(st.runUsed)) + int64(cap(st.freeRuns))*4
 	return all, mapped
