@@ -166,6 +166,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	var prev uint64
 	var depth, stamp uint32
 	after := noRef // the ref new nodes should follow: the parent's, then each block's
+	var parent *node
 	switch {
 	case op.Seqs != nil:
 		stamp = ix.epoch()
@@ -178,7 +179,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 			if pos, _, ok = sh.holds(pseq, s.id, op.Parent); ok {
 				n := sh.at(pos)
 				prev, depth, stamp = n.seq, n.depth()+1, n.loadStamp()
-				after = sh.dir[pos].ref
+				after, parent = sh.dir[pos].ref, n
 			}
 			sh.mu.RUnlock()
 		}
@@ -217,6 +218,10 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	}
 	bit := uint32(1) << op.Tier
 	pfFrom, pfTo := noRef, noRef // refs whose node lines were asked for
+	if parent != nil && after%runLen != runLen-1 {
+		pfFrom, pfTo = after+1, min(after+uint32(len(op.Hashes)), after|(runLen-1))
+		prefetchRun(parent, pfTo-after)
+	}
 	for i, e := range op.Hashes {
 		d := depth + uint32(i)
 		if op.Seqs != nil {
