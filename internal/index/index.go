@@ -460,8 +460,10 @@ type Stats struct {
 	Pairs   int   // (block, source) residencies
 	Sources int   // interned sources
 	Bytes   int64 // estimated memory in use
-	// Mapped is the part of Bytes in tables mapped outside the Go heap
-	// (exact): runtime.MemStats does not see it.
+	// Mapped is the part of Bytes in tables mapped outside the Go heap,
+	// which runtime.MemStats does not see: directories whole, and the node
+	// store's huge pages below its allocator's bump (the rest of its last
+	// chunk is reserved, not backed).
 	Mapped int64
 	// Evicted counts blocks dropped to stay under Config.MaxBlocks.
 	Evicted uint64
