@@ -11,12 +11,14 @@ import (
 // parent's when that slot is free, else at the start of a run of runLen
 // slots of its own, whose slack the chain's later blocks fill. A match
 // then walks a conversation in a few runs of consecutive lines, rather
-// than a random line a block: on the bench workload, 4 jumps for a
-// 128-block prompt (docs/benchmarks.md, eleventh session).
+// than a random line a block: on the bench workload, about 5 jumps for a
+// 128-block prompt, and a cold match ~23% faster (docs/benchmarks.md,
+// eleventh session). Runs of 32 left 1.14 slots a node in a simulation;
+// runs of 16 needed 7 jumps.
 //
-// Node memory is written under the shard lock of the node's identity, as
-// before; the allocator's own state (which slot is taken) is under mu, and
-// it never reads node memory, which it does not lock.
+// Node memory is written under the shard lock of the node's identity; the
+// allocator's own state (which slot is taken) is under mu, and it never
+// reads node memory, which it does not lock.
 const (
 	runLen    = 32
 	chunkBase = 1024 // chunk c holds chunkBase<<c nodes
