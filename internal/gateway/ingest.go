@@ -48,8 +48,8 @@ type ingest struct {
 	// group kinds learnt from stores, and the salts of blocks under
 	// salted roots. Ranks may be followed on goroutines of their own.
 	mu     sync.Mutex
-	groups kvevents.GroupKinds // the worker's, shared by its ranks
-	salts  map[int]kvevents.SaltChains
+	groups kvevents.GroupKinds   // the worker's, shared by its ranks
+	salts  []kvevents.SaltChains // per DP rank; nil for SGLang
 	// With tp > 1, per DP rank, its TP shards' runner inventories folded
 	// into its cache owner's: a peer pulling a block needs every shard.
 	aggs []*stateagent.Aggregator
@@ -59,6 +59,9 @@ type ingest struct {
 func newEngineIngest(spec WorkerSpec, sink *router.Sink, m *Metrics, log *slog.Logger, now func() time.Time) *ingest {
 	in := &ingest{id: spec.ID, dp: spec.DP, tp: max(spec.TP, 1), sglang: spec.Engine == router.EngineSGLang,
 		sink: sink, m: m, log: log, now: now}
+	if !in.sglang {
+		in.salts = make([]kvevents.SaltChains, in.dp)
+	}
 	if in.tp > 1 {
 		in.aggs = make([]*stateagent.Aggregator, in.dp)
 		for r := range in.aggs {
@@ -79,12 +82,7 @@ func (in *ingest) lineage(rank int, ev *kvevents.Event) bool {
 		return false
 	}
 	if !in.sglang {
-		if in.salts == nil {
-			in.salts = map[int]kvevents.SaltChains{}
-		}
-		c := in.salts[rank]
-		c.Inherit(ev)
-		in.salts[rank] = c
+		in.salts[rank].Inherit(ev)
 	}
 	return true
 }
@@ -152,7 +150,9 @@ func (in *ingest) clear(rank int) {
 	}
 	in.mu.Lock()
 	for _, r := range in.ranks(rank) {
-		delete(in.salts, r)
+		if in.salts != nil {
+			in.salts[r] = nil
+		}
 		if in.aggs != nil {
 			// The owner was cleared with it: the shards start over too.
 			in.aggs[r].Reset()

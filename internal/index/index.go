@@ -145,16 +145,16 @@ func (ix *Index) applyLocked(s *source, ops []Op) error {
 			}
 		}
 		if err != nil {
-			ix.forget(&s.memo)
 			return &OpError{Source: s.key, Pos: i, Kind: op.Kind, Err: err}
 		}
 	}
-	ix.forget(&s.memo)
 	return nil
 }
 
-// flush publishes the counter changes of s's Apply.
+// flush ends a batch of s's changes (an Apply, a removal): it publishes
+// their counter changes and releases the set tokens' memo.
 func (ix *Index) flush(s *source) {
+	ix.forget(&s.memo)
 	s.held.Add(s.dHeld)
 	ix.pairs.Add(s.dHeld)
 	ix.blocks.Add(s.dBlocks)
@@ -217,25 +217,21 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		ix.prefetch(s, op.Hashes, seqs)
 	}
 	bit := uint32(1) << op.Tier
+	prevNode := parent           // the node at after, nil if none
 	pfFrom, pfTo := noRef, noRef // refs whose node lines were asked for
-	if parent != nil && after%runLen != runLen-1 {
-		pfFrom, pfTo = after+1, min(after+uint32(len(op.Hashes)), after|(runLen-1))
-		prefetchRun(parent, pfTo-after)
-	}
 	for i, e := range op.Hashes {
+		// The chain's next nodes, existing or new, most likely follow the
+		// previous one in its run: ask for their lines at once, not one by
+		// one under each block's lock.
+		if prevNode != nil && after%runLen != runLen-1 && (after < pfFrom || after >= pfTo) {
+			pfFrom, pfTo = after+1, min(after+uint32(len(op.Hashes)-i), after|(runLen-1))
+			prefetchRun(prevNode, pfTo-after)
+		}
 		d := depth + uint32(i)
 		if op.Seqs != nil {
 			d = op.Depths[i]
 		}
-		var n *node
-		conf, after, n = ix.hold(s, seqs[i], d, stamp, after, bit, e, conf)
-		// The chain's next nodes, existing or new, most likely follow this
-		// one in its run: ask for their lines at once, not one by one.
-		if left := uint32(len(op.Hashes) - 1 - i); left > 0 && (after < pfFrom || after >= pfTo) {
-			end := min(after+left, after|(runLen-1))
-			prefetchRun(n, end-after)
-			pfFrom, pfTo = after+1, end
-		}
+		conf, after, prevNode = ix.hold(s, seqs[i], d, stamp, after, bit, e, conf)
 	}
 	return conf, nil
 }
@@ -305,27 +301,23 @@ func (ix *Index) hold(s *source, seq uint64, depth, stamp, after, bit uint32, e 
 	var prevE uint64
 	rehashed := false
 	conf = conf[:0]
+	word := w | bit // s's word as stored after the change
 	switch {
 	case found && sh.engineOf(n, w) == e:
-		if w|bit == w {
-			break // held already: nothing changes
-		}
-		sh.putHolder(n, w|bit)
-		if tokened(sh, n, b) {
-			ix.settle(sh, n, b, w|bit, &s.memo)
+		if word != w {
+			sh.putHolder(n, word)
 		}
 	case found:
 		prevE, rehashed = sh.engineOf(n, w), true
-		if w := sh.setEngine(n, w|bit, e); tokened(sh, n, b) {
-			ix.settle(sh, n, b, w, &s.memo)
-		}
+		word = sh.setEngine(n, word, e)
 		conf = sh.disagree(conf, n, s.id, e)
 	default:
-		if w := sh.setEngine(n, s.id<<idShift|bit, e); tokened(sh, n, b) {
-			ix.settle(sh, n, b, w, &s.memo)
-		}
+		word = sh.setEngine(n, s.id<<idShift|bit, e)
 		conf = sh.disagree(conf, n, s.id, e)
 		s.dHeld++
+	}
+	if word != w && tokened(sh, n, b) {
+		ix.settle(sh, n, b, word, &s.memo)
 	}
 	sh.mu.Unlock()
 
@@ -424,7 +416,6 @@ func (ix *Index) RemoveSource(src Source) {
 		return
 	}
 	ix.clear(s, tierMask)
-	ix.forget(&s.memo)
 	ix.flush(s)
 	s.gone = true
 	s.mu.Unlock()

@@ -79,10 +79,9 @@ func (ix *Index) AppendMatch(dst []Match, local []uint64, opts MatchOptions) []M
 	// ascending order (writers hold one shard lock at a time, so readers
 	// holding several cannot deadlock with them): it reads nodes where it
 	// predicts them, and a predicted slot may hold any shard's node.
-	locked := uint32(1)<<numShards - 1
-	ix.rlockShards(locked)
+	ix.rlockShards()
 	reached := ix.walk(sc, local)
-	ix.runlockShards(locked)
+	ix.runlockShards()
 	// The pooled scratch keeps no node pointers between matches.
 	clear(sc.at[:len(sc.seqs)])
 	return sc.results(dst, tbl, uint32(reached))
@@ -133,21 +132,22 @@ func (sc *scratch) hashes(local []uint64, n int) []uint64 {
 	return seqs
 }
 
-// ident maps a sequence hash to its identity: 0 marks empty table slots.
-// rlockShards read-locks the shards in m, in ascending order as every
-// taker of several shard locks does.
-func (ix *Index) rlockShards(m uint32) {
-	for ; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros32(m)].mu.RLock()
+// rlockShards read-locks every shard, in ascending order as every taker
+// of several shard locks does.
+func (ix *Index) rlockShards() {
+	for i := range ix.shards {
+		ix.shards[i].mu.RLock()
 	}
 }
 
-func (ix *Index) runlockShards(m uint32) {
-	for ; m != 0; m &= m - 1 {
-		ix.shards[bits.TrailingZeros32(m)].mu.RUnlock()
+func (ix *Index) runlockShards() {
+	for i := range ix.shards {
+		ix.shards[i].mu.RUnlock()
 	}
 }
 
+// ident maps a sequence hash to its identity: 0 marks empty directory
+// entries.
 func ident(seq uint64) uint64 {
 	if seq == 0 {
 		return zeroSeq
@@ -291,29 +291,16 @@ func (ix *Index) extend(sc *scratch, to int) {
 		return
 	}
 	addrs := sc.addrs[:0]
-	var line uintptr
-	if j == 0 {
+	switch {
+	case j == 0:
 		// The first block has no predecessor: ask for its directory line.
 		sc.at[0], sc.refs[0] = nil, askedRef
 		addrs = ix.askDir(addrs, sc.seqs[0])
-		j++
-	}
-	for ; j < to; j++ {
-		p := sc.refs[j-1]
-		switch {
-		case p < askedRef && (p+1)%runLen != 0:
-			n := (*node)(unsafe.Add(unsafe.Pointer(sc.at[j-1]), unsafe.Sizeof(node{})))
-			sc.at[j], sc.refs[j] = n, p+1
-			if a := uintptr(unsafe.Pointer(n)) &^ 63; a != line {
-				addrs = append(addrs, a)
-				line = a
-			}
-		case p < askedRef: // the run ends
-			sc.at[j], sc.refs[j] = nil, askedRef
-			addrs = ix.askDir(addrs, sc.seqs[j])
-		default:
-			sc.at[j], sc.refs[j] = nil, noRef
-		}
+		sc.unknown(1, to)
+	case sc.refs[j-1] < askedRef:
+		addrs = ix.follow(sc, j, to, sc.at[j-1], sc.refs[j-1], addrs)
+	default:
+		sc.unknown(j, to)
 	}
 	sc.frontier = to
 	if len(addrs) > 0 {
@@ -377,24 +364,25 @@ func (ix *Index) check(sc *scratch, i int) {
 }
 
 // forget marks the predictions from block j to the frontier unknown.
-func (sc *scratch) forget(j int) {
-	for ; j < sc.frontier; j++ {
+func (sc *scratch) forget(j int) { sc.unknown(j, sc.frontier) }
+
+// unknown marks blocks [j, to) unknown.
+func (sc *scratch) unknown(j, to int) {
+	for ; j < to; j++ {
 		sc.at[j], sc.refs[j] = nil, noRef
 	}
 }
 
-// chainFrom predicts anew the blocks after j, whose node n at ref has just
-// been found, up to the frontier, and starts loading their lines (and the
-// directory line of the block after the run's end).
-func (ix *Index) chainFrom(sc *scratch, j int, n *node, ref uint32) {
-	sc.at[j], sc.refs[j] = n, ref
+// follow predicts blocks [j, to) along the run of block j-1's node n at
+// ref, appending to addrs the lines to ask for; where the run ends, the
+// next block's directory line, and the blocks after it unknown.
+func (ix *Index) follow(sc *scratch, j, to int, n *node, ref uint32, addrs []uintptr) []uintptr {
 	line := uintptr(unsafe.Pointer(n)) &^ 63
-	addrs := append(sc.chainAddrs[:0], line)
-	for j++; j < sc.frontier; j++ {
+	for ; j < to; j++ {
 		if (ref+1)%runLen == 0 {
 			sc.at[j], sc.refs[j] = nil, askedRef
 			addrs = ix.askDir(addrs, sc.seqs[j])
-			sc.forget(j + 1)
+			sc.unknown(j+1, to)
 			break
 		}
 		n = (*node)(unsafe.Add(unsafe.Pointer(n), unsafe.Sizeof(node{})))
@@ -405,9 +393,16 @@ func (ix *Index) chainFrom(sc *scratch, j int, n *node, ref uint32) {
 			line = a
 		}
 	}
-	if len(addrs) > 0 {
-		prefetch(addrs)
-	}
+	return addrs
+}
+
+// chainFrom predicts anew the blocks after j, whose node n at ref has just
+// been found, up to the frontier, and starts loading their lines and n's.
+func (ix *Index) chainFrom(sc *scratch, j int, n *node, ref uint32) {
+	sc.at[j], sc.refs[j] = n, ref
+	addrs := append(sc.chainAddrs[:0], uintptr(unsafe.Pointer(n))&^63)
+	addrs = ix.follow(sc, j+1, sc.frontier, n, ref, addrs)
+	prefetch(addrs)
 	sc.chainAddrs = addrs
 }
 

@@ -10,9 +10,9 @@ import (
 // that follows its chain; each shard's directory maps an identity to it.
 //
 // Shards: enough that writers of different sources rarely meet on one
-// lock, few enough that a Match, which read-locks every shard its request
-// may visit (all of them for a long request), pays little for the locks:
-// each RLock and RUnlock is an atomic on a shared cache line.
+// lock, few enough that a Match, which read-locks every shard, pays little
+// for the locks: each RLock and RUnlock is an atomic on a shared cache
+// line.
 const (
 	shardBits = 4
 	numShards = 1 << shardBits

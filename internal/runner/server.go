@@ -247,35 +247,30 @@ func (s *Server) serveFetch(ss *session) error {
 			sum = xxh3.Hash(data)
 		}
 		ss.out = appendBlockHead(ss.out, k, sum, ss.blockSz)
-		dl, last := s.sendDeadline(now, deadline)
-		err := ss.send(data, dl)
+		err := s.sendWithin(ss, data, now, deadline, i)
 		// The one pin this FETCH holds is dropped whatever the send did.
 		s.r.releaseSlot(slot, sum, !known)
 		if err != nil {
-			if last && errors.Is(err, os.ErrDeadlineExceeded) {
-				return s.expire(ss, i)
-			}
 			return err
 		}
 	}
 	ss.out = appendHeader(ss.out, msgEnd, 0)
-	dl, last := s.sendDeadline(time.Now(), deadline)
-	if err := ss.send(nil, dl); err != nil {
-		if last && errors.Is(err, os.ErrDeadlineExceeded) {
-			return s.expire(ss, len(ss.keys))
-		}
-		return err
-	}
-	return nil
+	return s.sendWithin(ss, nil, time.Now(), deadline, len(ss.keys))
 }
 
-// sendDeadline bounds one send by IOTimeout from now, but never past the
-// FETCH's deadline; last reports that the FETCH's deadline is the bound.
-func (s *Server) sendDeadline(now, fetchDeadline time.Time) (dl time.Time, last bool) {
-	if dl = now.Add(s.cfg.IOTimeout); fetchDeadline.Before(dl) {
-		return fetchDeadline, true
+// sendWithin sends data by IOTimeout from now, but never past the FETCH's
+// deadline; a send the FETCH's deadline cuts off expires the FETCH after
+// answered of its keys.
+func (s *Server) sendWithin(ss *session, data []byte, now, fetchDeadline time.Time, answered int) error {
+	dl, last := now.Add(s.cfg.IOTimeout), false
+	if fetchDeadline.Before(dl) {
+		dl, last = fetchDeadline, true
 	}
-	return dl, false
+	err := ss.send(data, dl)
+	if err != nil && last && errors.Is(err, os.ErrDeadlineExceeded) {
+		return s.expire(ss, answered)
+	}
+	return err
 }
 
 // errFetchExpired ends a connection whose FETCH outlived FetchTimeout.
