@@ -49,10 +49,10 @@ func benchMatch(b *testing.B, prompts func(*indexbench.Workload) [][]uint64) {
 		b.Fatal(err)
 	}
 	ps := prompts(w)
-	var out []index.Match
+	var out index.Matches
 	i := 0
 	for b.Loop() {
-		out = ix.AppendMatch(out[:0], ps[i%len(ps)], index.MatchOptions{Chains: true})
+		ix.MatchInto(&out, ps[i%len(ps)], index.MatchOptions{Chains: true})
 		i++
 	}
 }

@@ -94,9 +94,10 @@ type group struct {
 	bs      int
 	ix      *index.Index
 	local   []uint64
-	matches []index.Match
-	slots   []int32 // by match: its source's slot, -1 for none
-	at      []int32 // by source slot: 1 + the position of its match, 0 for none
+	ms      index.Matches // matches' memory, chains included
+	matches []index.Match // ms.List
+	slots   []int32       // by match: its source's slot, -1 for none
+	at      []int32       // by source slot: 1 + the position of its match, 0 for none
 	cands   []schedule.Candidate
 }
 
@@ -121,7 +122,8 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 	g.at = g.at[:len(r.slotSrc)]
 	clear(g.at)
 	if g.ix != nil && len(g.local) > 0 {
-		g.matches = g.ix.AppendMatch(g.matches, g.local, index.MatchOptions{Chains: true})
+		g.ix.MatchInto(&g.ms, g.local, index.MatchOptions{Chains: true})
+		g.matches = g.ms.List
 		cache := r.caches[g.ix]
 		for i := range g.matches {
 			slot := r.slotOf(cache, &g.matches[i])
@@ -136,7 +138,8 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 
 func (r *Router) release(groups []*group) {
 	for _, g := range groups {
-		// Drop what would keep chains and hashes alive.
+		// Drop what would keep sources and hashes alive; the chains'
+		// memory is kept for the next decision (hints copy theirs).
 		clear(g.matches)
 		g.ix, g.local = nil, nil
 		r.scratch.Put(g)

@@ -147,6 +147,32 @@ func TestHints(t *testing.T) {
 	}
 }
 
+// TestHintOutlivesLaterDecisions: a decision's matches reuse memory from
+// one decision to the next (index.Matches); a hint keeps its own hashes.
+func TestHintOutlivesLaterDecisions(t *testing.T) {
+	first, second := tokens(500, 8), tokens(900, 8)
+	r := newRouter(t, nil)
+	f := newFleet(t, r, agg("a", 1), agg("b", 1))
+	for _, p := range [][]uint32{first, second} {
+		f.store("a", index.WorkerRank("a", 0), storeOp(p[:2*bs], "", kvevents.TierDevice))
+		f.store("b", index.CacheOwner("owner-b-0"), storeOp(p[:6*bs], "", kvevents.TierExternal))
+	}
+	r.Load().Start("busy-b", schedule.Rank{Worker: "b", DP: 0}, 1e6, 0)
+	d := decide(t, r, Request{Model: "m", Tokens: first})
+	want := engineHashes(first[:6*bs], "")
+	if !slices.Equal(d.Hint.BlockHashes, want) {
+		t.Fatalf("hint %v, want %v", d.Hint.BlockHashes, want)
+	}
+	for range 4 {
+		if later := decide(t, r, Request{Model: "m", Tokens: second}); !later.HintDecision.Hinted() {
+			t.Fatalf("second prompt not hinted: %+v", later.HintDecision)
+		}
+	}
+	if !slices.Equal(d.Hint.BlockHashes, want) {
+		t.Fatalf("hint changed by later decisions: %v, want %v", d.Hint.BlockHashes, want)
+	}
+}
+
 // TestHintsNeverMoveTheTarget: with and without hint-capable peers, the
 // choice is the same.
 func TestHintsNeverMoveTheTarget(t *testing.T) {

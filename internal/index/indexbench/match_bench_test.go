@@ -35,12 +35,12 @@ var fullIndex = sync.OnceValues(func() (*Workload, *index.Index) {
 func BenchmarkMatch16Cold(b *testing.B) {
 	w, ix := fullIndex()
 	r := rand.New(rand.NewPCG(1, 99))
-	var out []index.Match
+	var out index.Matches
 	var total time.Duration
 	for b.Loop() {
 		q := w.Convs[r.IntN(len(w.Convs))]
 		start := time.Now()
-		out = ix.AppendMatch(out[:0], q, index.MatchOptions{Chains: true})
+		ix.MatchInto(&out, q, index.MatchOptions{Chains: true})
 		total += time.Since(start)
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "match-ns")
