@@ -162,42 +162,37 @@ func (ix *Index) flush(s *source) {
 }
 
 // store links op's blocks under their parent (or the root) for s.
+//
+// A conversation's turn stores a few blocks under a parent that is cold:
+// its engine-map slot, directory line and node are three misses, which
+// the blocks' own wait for (their identities hash from the parent's). So
+// the blocks' engine-map slots are asked for with the parent's, and their
+// directory lines with the parent's, in two rounds rather than five.
 func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	var prev uint64
 	var depth, stamp uint32
 	after := noRef // the ref new nodes should follow: the parent's, then each block's
 	var parent *node
+	var pseq uint64 // the parent's identity
 	switch {
 	case op.Seqs != nil:
 		stamp = ix.epoch()
+		ix.askEngine(s, 0, op.Hashes)
 	case op.HasParent:
-		pseq, ok := s.engine.get(op.Parent)
-		if ok {
-			sh := &ix.shards[shardOf(pseq)]
-			sh.mu.RLock()
-			var pos int
-			if pos, _, ok = sh.holds(pseq, s.id, op.Parent); ok {
-				n := sh.at(pos)
-				prev, depth, stamp = n.seq, n.depth()+1, n.loadStamp()
-				after, parent = sh.dir[pos].ref, n
-			}
-			sh.mu.RUnlock()
-		}
-		if !ok {
+		ix.askEngine(s, op.Parent, op.Hashes)
+		var ok bool
+		if pseq, ok = s.engine.get(op.Parent); !ok {
 			ix.unknownParent.Add(1)
 			return conf, fmt.Errorf("%w: parent_block_hash %#x", ErrUnknownParent, op.Parent)
 		}
-		if int64(depth)+int64(len(op.Hashes)) > maxDepth {
-			return conf, fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidOp, maxDepth)
-		}
+		prev = pseq
 	default:
 		// A root store is as recent as now; blocks under a parent inherit
 		// its recency, so a block is never more recent than its ancestors
 		// and eviction in recency order takes descendants first.
 		stamp = ix.epoch()
+		ix.askEngine(s, 0, op.Hashes)
 	}
-	// Identities first, so that the cache misses of the blocks' engine-map
-	// entries and table slots can be taken together, not one by one.
 	seqs := s.seqs[:0]
 	for i := range op.Hashes {
 		var seq uint64
@@ -213,8 +208,26 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		seqs = append(seqs, ident(seq))
 	}
 	s.seqs = seqs
-	if len(seqs) > 1 {
-		ix.prefetch(s, op.Hashes, seqs)
+	if op.HasParent && op.Seqs == nil {
+		ix.askDirs(pseq, seqs)
+		sh := &ix.shards[shardOf(pseq)]
+		sh.mu.RLock()
+		pos, _, ok := sh.holds(pseq, s.id, op.Parent)
+		if ok {
+			n := sh.at(pos)
+			depth, stamp = n.depth()+1, n.loadStamp()
+			after, parent = sh.dir[pos].ref, n
+		}
+		sh.mu.RUnlock()
+		if !ok {
+			ix.unknownParent.Add(1)
+			return conf, fmt.Errorf("%w: parent_block_hash %#x", ErrUnknownParent, op.Parent)
+		}
+		if int64(depth)+int64(len(op.Hashes)) > maxDepth {
+			return conf, fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidOp, maxDepth)
+		}
+	} else if len(seqs) > 1 {
+		ix.askDirs(0, seqs)
 	}
 	bit := uint32(1) << op.Tier
 	prevNode := parent           // the node at after, nil if none
@@ -254,33 +267,61 @@ func prefetchRun(n *node, k uint32) {
 	}
 }
 
-// prefetch asks for the engine-map slots and directory lines a store is about
-// to update, all at once, so that their misses overlap rather than come one
-// block at a time. It takes no shard lock: it loads nothing from the tables.
-func (ix *Index) prefetch(s *source, hashes, seqs []uint64) {
-	// On the stack, in chunks: a buffer per source would cost a thousand
-	// sources a megabyte or two.
-	var buf [64]uintptr
-	n := 0
-	add := func(a uintptr) {
-		if n == len(buf) {
-			prefetch(buf[:n])
-			n = 0
-		}
-		buf[n] = a
-		n++
+// askEngine asks for the engine-map slots of the parent (0: none) and
+// hashes of a store, all at once, so that their misses overlap rather than
+// come one block at a time.
+func (ix *Index) askEngine(s *source, parent uint64, hashes []uint64) {
+	var a addrBuf
+	if parent != 0 {
+		a.add(s.engine.addr(parent))
 	}
 	for _, e := range hashes {
-		if a := s.engine.addr(e); a != 0 {
-			add(a)
+		a.add(s.engine.addr(e))
+	}
+	a.flush()
+}
+
+// askDirs asks for the directory lines of the parent (0: none) and blocks
+// of a store. It takes no shard lock: it loads nothing from the tables.
+func (ix *Index) askDirs(parent uint64, seqs []uint64) {
+	var a addrBuf
+	if parent != 0 {
+		if t := ix.shards[shardOf(parent)].pf.Load(); t != nil {
+			a.add(t.addr(parent))
 		}
 	}
 	for _, seq := range seqs {
 		if t := ix.shards[shardOf(seq)].pf.Load(); t != nil {
-			add(t.addr(seq))
+			a.add(t.addr(seq))
 		}
 	}
-	prefetch(buf[:n])
+	a.flush()
+}
+
+// addrBuf gathers addresses to prefetch, on the stack: a buffer per source
+// would cost a thousand sources a megabyte or two.
+type addrBuf struct {
+	buf [64]uintptr
+	n   int
+}
+
+// add adds p, unless 0 (an empty table's).
+func (a *addrBuf) add(p uintptr) {
+	if p == 0 {
+		return
+	}
+	if a.n == len(a.buf) {
+		a.flush()
+	}
+	a.buf[a.n] = p
+	a.n++
+}
+
+func (a *addrBuf) flush() {
+	if a.n > 0 {
+		prefetch(a.buf[:a.n])
+		a.n = 0
+	}
 }
 
 // hold records that s holds identity seq on the tier bit under engine hash
