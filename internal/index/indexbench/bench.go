@@ -81,9 +81,9 @@ func Run(cfg Config, matches int) (Result, error) {
 		res.BytesPerBlockSource = float64(res.HeapBytes+res.MappedBytes) / float64(st.Pairs)
 	}
 
-	// The op stream is a benchmark artifact full of pointers: drop it so
+	// The op stream is a benchmark artifact: drop it so
 	// that matches run against a heap like a router's.
-	w.Ops = nil
+	w.Drop()
 	runtime.GC()
 	stalls := MeasureStalls(300 * time.Millisecond)
 	res.HostStallsPerS, res.HostStallP50us = stalls.PerSecond, stalls.MedianUs

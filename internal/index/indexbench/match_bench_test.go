@@ -23,7 +23,7 @@ var fullIndex = sync.OnceValues(func() (*Workload, *index.Index) {
 	if err := w.Apply(ix); err != nil {
 		panic(err)
 	}
-	w.Ops = nil
+	w.Drop()
 	return w, ix
 })
 

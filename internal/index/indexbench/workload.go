@@ -7,6 +7,7 @@ package indexbench
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
@@ -38,17 +39,16 @@ const (
 	awayPercent   = 10 // turns served by another source of the group
 )
 
-// SourceOp is one op of the workload, for its source.
-type SourceOp struct {
-	Src index.Source
-	Op  index.Op
-}
-
 // Workload is a generated op stream and the prompts to match.
 type Workload struct {
 	Config  Config
 	Sources []index.Source
-	Ops     []SourceOp
+	// ops hold no pointers: a GC cycle while the index is built does not
+	// scan a million-block workload's op stream (~50 MB as index.Ops with
+	// their slices), which a router, decoding events as they come, never
+	// holds. Drop them (Drop) once applied.
+	ops     []wop
+	engines [][]uint64 // by path: engine hashes of Hot's, then Convs'
 	// BlockEvents counts the blocks the ops store.
 	BlockEvents int
 	// Convs are conversation prompts (local hashes): at most groupSize
@@ -57,6 +57,34 @@ type Workload struct {
 	// Hot are the prompts every source holds a prefix of.
 	Hot [][]uint64
 }
+
+// wop is an op of the workload: source src stores blocks [lo, hi) of path
+// (Hot's, then Convs'), under block lo-1 when lo > 0.
+type wop struct {
+	src, path, lo, hi int32
+}
+
+// op returns o as the index applies it.
+func (w *Workload) op(o wop) index.Op {
+	local := w.pathOf(int(o.path))
+	engines := w.engines[o.path]
+	op := index.Op{Kind: index.OpStore, Tier: kvevents.TierDevice, Local: local[o.lo:o.hi], Hashes: engines[o.lo:o.hi]}
+	if o.lo > 0 {
+		op.Parent, op.HasParent = engines[o.lo-1], true
+	}
+	return op
+}
+
+func (w *Workload) pathOf(p int) []uint64 {
+	if p < len(w.Hot) {
+		return w.Hot[p]
+	}
+	return w.Convs[p-len(w.Hot)]
+}
+
+// Drop releases the op stream, once applied: matches then run against a
+// heap like a router's.
+func (w *Workload) Drop() { w.ops = nil }
 
 func (c Config) check() error {
 	switch {
@@ -75,6 +103,7 @@ func (c Config) check() error {
 func engineHash(seq uint64) uint64 { return seq ^ 0x5bd1e9955bd1e995 }
 
 type conv struct {
+	id         int // in Convs
 	group, sys int
 	home       int
 	path       []uint64 // local hashes, system prompt first
@@ -107,15 +136,16 @@ func Generate(cfg Config) (*Workload, error) {
 	groupOf := func(g int) (lo, hi int) { return g * groupSize, min((g+1)*groupSize, cfg.Sources) }
 
 	// Hot prompts: every source stores a prefix of each.
-	for range hotPrompts {
+	for h := range hotPrompts {
 		var c conv
 		for range cfg.PromptBlocks {
 			c.grow(r.Uint64())
 		}
 		w.Hot = append(w.Hot, c.path)
-		for _, src := range w.Sources {
+		w.engines = append(w.engines, c.engines)
+		for s := range w.Sources {
 			n := cfg.PromptBlocks/2 + r.IntN(cfg.PromptBlocks/2+1)
-			w.add(src, index.Op{Kind: index.OpStore, Tier: kvevents.TierDevice, Local: c.path[:n], Hashes: c.engines[:n]})
+			w.add(wop{src: int32(s), path: int32(h), lo: 0, hi: int32(n)})
 		}
 	}
 
@@ -140,7 +170,7 @@ func Generate(cfg Config) (*Workload, error) {
 		lo, hi := groupOf(g)
 		k := r.IntN(sysPerGroup)
 		stem := sys[g][k]
-		c := &conv{group: g, sys: k, home: lo + r.IntN(hi-lo), held: make(map[int]int)}
+		c := &conv{id: i, group: g, sys: k, home: lo + r.IntN(hi-lo), held: make(map[int]int)}
 		c.path = append([]uint64(nil), stem.path...)
 		c.seqs = append([]uint64(nil), stem.seqs...)
 		c.engines = append([]uint64(nil), stem.engines...)
@@ -149,10 +179,11 @@ func Generate(cfg Config) (*Workload, error) {
 
 	// Turns, round-robin across live conversations so that sources
 	// interleave as they would in time.
-	live := convs
+	live := slices.Clone(convs) // filtered in place below; convs stays whole
 	for len(live) > 0 {
 		next := live[:0]
 		for _, c := range live {
+			path := int32(hotPrompts + c.id)
 			grow := minTurnBlocks + r.IntN(maxTurnBlocks-minTurnBlocks+1)
 			for range min(grow, cfg.PromptBlocks-len(c.path)) {
 				c.grow(r.Uint64())
@@ -167,11 +198,7 @@ func Generate(cfg Config) (*Workload, error) {
 			if h == 0 && sysHeld[key] {
 				h = sysBlocks
 			}
-			op := index.Op{Kind: index.OpStore, Tier: kvevents.TierDevice, Local: c.path[h:], Hashes: c.engines[h:]}
-			if h > 0 {
-				op.Parent, op.HasParent = c.engines[h-1], true
-			}
-			w.add(w.Sources[s], op)
+			w.add(wop{src: int32(s), path: path, lo: int32(h), hi: int32(len(c.path))})
 			c.held[s] = len(c.path)
 			sysHeld[key] = true
 			if len(c.path) < cfg.PromptBlocks {
@@ -182,16 +209,17 @@ func Generate(cfg Config) (*Workload, error) {
 	}
 	for _, c := range convs {
 		w.Convs = append(w.Convs, c.path)
+		w.engines = append(w.engines, c.engines)
 	}
 	return w, nil
 }
 
-func (w *Workload) add(src index.Source, op index.Op) {
-	if len(op.Hashes) == 0 {
+func (w *Workload) add(o wop) {
+	if o.hi == o.lo {
 		return
 	}
-	w.Ops = append(w.Ops, SourceOp{src, op})
-	w.BlockEvents += len(op.Hashes)
+	w.ops = append(w.ops, o)
+	w.BlockEvents += int(o.hi - o.lo)
 }
 
 // Build applies the whole workload to a fresh index.
@@ -208,9 +236,8 @@ func (w *Workload) Build(maxBlocks int) (*index.Index, error) {
 
 // Apply applies the workload's ops in order on one goroutine.
 func (w *Workload) Apply(ix *index.Index) error {
-	for i := range w.Ops {
-		so := &w.Ops[i]
-		if err := ix.Apply(so.Src, so.Op); err != nil {
+	for i, o := range w.ops {
+		if err := ix.Apply(w.Sources[o.src], w.op(o)); err != nil {
 			return fmt.Errorf("indexbench: op %d: %w", i, err)
 		}
 	}
