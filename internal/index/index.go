@@ -182,8 +182,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		ix.askEngine(s, op.Parent, op.Hashes)
 		var ok bool
 		if pseq, ok = s.engine.get(op.Parent); !ok {
-			ix.unknownParent.Add(1)
-			return conf, fmt.Errorf("%w: parent_block_hash %#x", ErrUnknownParent, op.Parent)
+			return conf, ix.unknownParentOf(op)
 		}
 		prev = pseq
 	default:
@@ -220,8 +219,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		}
 		sh.mu.RUnlock()
 		if !ok {
-			ix.unknownParent.Add(1)
-			return conf, fmt.Errorf("%w: parent_block_hash %#x", ErrUnknownParent, op.Parent)
+			return conf, ix.unknownParentOf(op)
 		}
 		if int64(depth)+int64(len(op.Hashes)) > maxDepth {
 			return conf, fmt.Errorf("%w: chain deeper than %d blocks", ErrInvalidOp, maxDepth)
@@ -265,6 +263,13 @@ func prefetchRun(n *node, k uint32) {
 	if m > 0 {
 		prefetch(buf[:m])
 	}
+}
+
+// unknownParentOf counts and returns the error of a store whose parent
+// its source does not hold.
+func (ix *Index) unknownParentOf(op *Op) error {
+	ix.unknownParent.Add(1)
+	return fmt.Errorf("%w: parent_block_hash %#x", ErrUnknownParent, op.Parent)
 }
 
 // askEngine asks for the engine-map slots of the parent (0: none) and

@@ -81,8 +81,8 @@ func Run(cfg Config, matches int) (Result, error) {
 		res.BytesPerBlockSource = float64(res.HeapBytes+res.MappedBytes) / float64(st.Pairs)
 	}
 
-	// The op stream is a benchmark artifact: drop it so
-	// that matches run against a heap like a router's.
+	// The op stream is a benchmark artifact: drop it so that matches run
+	// against a heap like a router's.
 	w.Drop()
 	runtime.GC()
 	stalls := MeasureStalls(300 * time.Millisecond)
