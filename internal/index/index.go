@@ -174,18 +174,17 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 	after := noRef // the ref new nodes should follow: the parent's, then each block's
 	var parent *node
 	var pseq uint64 // the parent's identity
-	switch {
-	case op.Seqs != nil:
-		stamp = ix.epoch()
-		ix.askEngine(s, 0, op.Hashes)
-	case op.HasParent:
+	// A dump's blocks (Seqs) carry their own identities and depths: no
+	// parent to look up.
+	underParent := op.HasParent && op.Seqs == nil
+	if underParent {
 		ix.askEngine(s, op.Parent, op.Hashes)
 		var ok bool
 		if pseq, ok = s.engine.get(op.Parent); !ok {
 			return conf, ix.unknownParentOf(op)
 		}
 		prev = pseq
-	default:
+	} else {
 		// A root store is as recent as now; blocks under a parent inherit
 		// its recency, so a block is never more recent than its ancestors
 		// and eviction in recency order takes descendants first.
@@ -207,7 +206,7 @@ func (ix *Index) store(s *source, op *Op, conf []uint32) ([]uint32, error) {
 		seqs = append(seqs, ident(seq))
 	}
 	s.seqs = seqs
-	if op.HasParent && op.Seqs == nil {
+	if underParent {
 		ix.askDirs(pseq, seqs)
 		sh := &ix.shards[shardOf(pseq)]
 		sh.mu.RLock()
