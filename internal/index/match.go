@@ -105,7 +105,8 @@ func (ix *Index) appendMatch(dst []Match, local []uint64, opts MatchOptions, mem
 	reached := ix.walk(sc, local)
 	ix.runlockShards()
 	// The pooled scratch keeps no node pointers between matches.
-	clear(sc.at[:len(sc.seqs)])
+	clear(sc.segs)
+	sc.segs = sc.segs[:0]
 	dst = sc.results(dst, tbl, uint32(reached))
 	if opts.Chains {
 		mem = sc.primary
@@ -119,10 +120,10 @@ type scratch struct {
 	gen        uint32
 	st         []srcState
 	alive      int
-	now        uint32 // recency epoch to stamp on the nodes walked, 0: none
-	seqs       []uint64
-	at         []*node  // where each block's node likely is (extend, check)
-	refs       []uint32 // and its ref, or noRef, or askedRef
+	now        uint32   // recency epoch to stamp on the nodes walked, 0: none
+	seqs       []uint64 // the blocks' identities, hashed so far
+	last       uint64   // the sequence hash of the last one
+	segs       []seg    // where the blocks' nodes likely are (extend, check)
 	frontier   int      // blocks predicted so far
 	addrs      []uintptr
 	chainAddrs []uintptr
@@ -158,10 +159,6 @@ func (sc *scratch) reset(nsrc int, chains bool, n int, mem []uint64) {
 	sc.alive, sc.now, sc.seqs = 0, 0, sc.seqs[:0]
 	if cap(sc.seqs) < n {
 		sc.seqs = make([]uint64, 0, n)
-	}
-	if len(sc.at) < n {
-		sc.at = make([]*node, n)
-		sc.refs = make([]uint32, n)
 	}
 	sc.prev, sc.prevDense, sc.cands = nil, false, sc.cands[:0]
 	sc.cohort, sc.left = sc.cohort[:0], sc.left[:0]

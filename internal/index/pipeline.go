@@ -25,7 +25,8 @@ func (sc *scratch) prefetchLocal(local []uint64) {
 	sc.addrs = addrs
 }
 
-// hashes extends sc.seqs to the identities of local's first n blocks.
+// hashes extends sc.seqs to the identities of local's first n blocks
+// (ident of their sequence hashes), the last one's hash in sc.last.
 func (sc *scratch) hashes(local []uint64, n int) []uint64 {
 	n = min(n, len(local))
 	seqs := sc.seqs
@@ -39,16 +40,16 @@ func (sc *scratch) hashes(local []uint64, n int) []uint64 {
 	var seq uint64
 	if i == 0 {
 		seq = local[0]
-		seqs = append(seqs, seq)
+		seqs = append(seqs, ident(seq))
 		i++
 	} else {
-		seq = seqs[i-1]
+		seq = sc.last
 	}
 	for _, h := range local[i:n] {
 		seq = kvhash.SequenceHash(seq, h)
-		seqs = append(seqs, seq)
+		seqs = append(seqs, ident(seq))
 	}
-	sc.seqs = seqs
+	sc.seqs, sc.last = seqs, seq
 	return seqs
 }
 
@@ -96,45 +97,54 @@ func ident(seq uint64) uint64 {
 func (ix *Index) walk(sc *scratch, local []uint64) int {
 	nb := len(local)
 	seqs := sc.hashes(local, 3*window)
-	h := len(seqs) // blocks hashed
-	last := seqs[h-1]
+	g := glider{local: local, h: len(seqs), last: sc.last, primary: sc.primary, now: sc.now, chains: sc.chains}
 	sc.seqs = seqs[:nb] // reset made room; past h, stale until hashed
-	seqs = sc.seqs
-	// The step below is the match's inner loop: what it reads and writes
-	// for every block is kept in locals (registers), not in sc, whose
-	// fields would cost a store and a reload per block. prevIn says the
-	// previous block's holders fit inline, packed as h0 == p0, h1 == p1.
-	primary, chains, now := sc.primary, sc.chains, sc.now
+	g.seqs = sc.seqs
 	agree := true // no source's chain is private yet
+	// prevIn says the previous block's holders fit inline, packed as
+	// h0 == p0, h1 == p1.
 	var p0, p1 uint32
 	prevIn := false
 	var prevTok uint32 // the previous block's set token, when in the arena
+	fast := false      // g.want holds: blocks may glide
 	sc.frontier = 0
 	ix.extend(sc, 3*window)
+	// Block i's node is predicted at pn's k-th successor, k = i-pnFrom,
+	// for i < pnEnd; pn nil: not predicted.
+	var pn *node
+	pnFrom, pnEnd := 0, 0
 	for base := 0; base < nb; base += window {
 		ix.extend(sc, base+3*window)
 		ix.check(sc, base+window)
+		// extend and check change predictions past this window only,
+		// but may have extended or cut the one walk follows.
+		pn, pnFrom, pnEnd = sc.predicted(base)
 		end := min(base+window, nb)
 		for i := base; i < end; i++ {
-			// Hash three windows ahead, a block per step: the hash
-			// chain's latency then hides behind the work on this block,
-			// where hashing a window at once would wait on it.
-			if h < nb {
-				last = kvhash.SequenceHash(last, local[h])
-				seqs[h] = last
-				h++
+			if fast && pn != nil && i < pnEnd {
+				if i = g.glide(nodeAfter(pn, i-pnFrom), i, min(end, pnEnd)); i == end {
+					break
+				}
 			}
-			seq := ident(seqs[i])
-			n := sc.at[i]
+			g.hash()
+			seq := g.seqs[i]
+			if i >= pnEnd {
+				pn, pnFrom, pnEnd = sc.predicted(i)
+			}
+			var n *node
+			if pn != nil {
+				n = nodeAfter(pn, i-pnFrom)
+			}
 			if n == nil || n.seq != seq {
 				sh := &ix.shards[shardOf(seq)]
 				pos, ok := sh.find(seq) // a jump: where does the chain go on?
 				if !ok {
-					sc.primary = primary
+					sc.primary = g.primary
 					return i // the prefix ends here for everybody
 				}
 				n = sh.at(pos)
 				ix.chainFrom(sc, i, n, sh.dir[pos].ref)
+				pn, pnFrom, pnEnd = sc.predicted(i)
 			}
 			// The usual step along a conversation is a node with its
 			// holders inline, the same words as the block before, and no
@@ -157,7 +167,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				if i == 0 || dense != sc.prevDense || dense && fp != sc.prevFP || !dense && !slices.Equal(cur, sc.prev) {
 					sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
 					if sc.alive == 0 {
-						sc.primary = primary
+						sc.primary = g.primary
 						return i
 					}
 				}
@@ -175,35 +185,159 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 					hs := packInline(cur)
 					p0, p1 = uint32(hs), uint32(hs>>32)
 				}
-			}
-			if chains {
-				if n.meta&metaAlt == 0 && agree {
-					primary = append(primary, n.engine) // all chains agree
-				} else {
-					sc.primary = primary
-					sc.extendChains(i, n.engine, sc.alts(&ix.shards[shardOf(seq)], n))
-					primary, agree = sc.primary, len(sc.privIDs) == 0
+				switch {
+				case prevTok != 0:
+					g.want = holding{meta: metaMore, hs: uint64(prevTok) << 32, mask: 0xffffffff << 32}
+				case prevIn:
+					g.want = holding{hs: uint64(p0) | uint64(p1)<<32, mask: ^uint64(0)}
 				}
 			}
-			if now != 0 {
-				n.touch(now)
+			if g.chains {
+				if n.meta&metaAlt == 0 && agree {
+					g.primary = append(g.primary, n.engine) // all chains agree
+				} else {
+					sc.primary = g.primary
+					sc.extendChains(i, n.engine, sc.alts(&ix.shards[shardOf(seq)], n))
+					g.primary, agree = sc.primary, len(sc.privIDs) == 0
+				}
 			}
+			if g.now != 0 {
+				n.touch(g.now)
+			}
+			fast = (prevTok != 0 || prevIn) && (agree || !g.chains)
 		}
 	}
-	sc.primary = primary
+	sc.primary = g.primary
 	return nb
 }
 
-// askedRef marks a block whose directory line has been asked for: its
-// node is not where the chain predicted, or the chain's run ended.
-const askedRef = noRef - 1
+// holding is the holders a node must have to be glided over: those of the
+// block before, inline (h0 and h1 equal) or in the arena (h1, the set's
+// token, equal: mask covers h1 only).
+type holding struct {
+	meta uint32 // n.meta&(metaMore|metaAlt)
+	hs   uint64 // h0 | h1<<32
+	mask uint64
+}
+
+// words returns n's holder words h0 and h1 as one.
+func (n *node) words() uint64 { return uint64(n.h0) | uint64(n.h1)<<32 }
+
+// glider is walk's state for glide.
+type glider struct {
+	seqs, local []uint64
+	h           int    // blocks hashed
+	last        uint64 // block h-1's sequence hash
+	primary     []uint64
+	want        holding
+	now         uint32
+	chains      bool
+}
+
+// hash hashes the next block, if any: walk hashes three windows ahead, a
+// block a step, so that the hash chain's latency hides behind the work on
+// the step's block, where hashing a window at once would wait on it.
+func (g *glider) hash() {
+	if g.h < len(g.seqs) {
+		g.last = kvhash.SequenceHash(g.last, g.local[g.h])
+		g.seqs[g.h] = ident(g.last)
+		g.h++
+	}
+}
+
+// glide takes blocks [i, stop) while each is at its predicted node, n for
+// block i and its successors, holding what the block before held, with no
+// engine hash of its own: the usual step along a conversation, where
+// nothing changes for anybody. It returns the first block it did not
+// take. Its loop is walk's inner loop, kept apart from walk's calls and
+// with few values, so that they all stay in registers: ~100 instructions
+// a block in walk's loop, ~25 here. The chain and the recency stamps are
+// written after, from the nodes the loop brought to cache.
+func (g *glider) glide(n *node, i, stop int) int {
+	seqs, local, h, last := g.seqs, g.local[:len(g.seqs)], g.h, g.last
+	meta, hs, mask := g.want.meta, g.want.hs, g.want.mask
+	from, first := i, n
+	for ; i < stop; i++ {
+		if n.seq != seqs[i] || n.meta&(metaMore|metaAlt) != meta || (n.words()^hs)&mask != 0 {
+			break
+		}
+		if h < len(seqs) {
+			last = kvhash.SequenceHash(last, local[h])
+			seqs[h] = ident(last)
+			h++
+		}
+		n = nodeAfter(n, 1)
+	}
+	g.h, g.last = h, last
+	if g.chains {
+		for k := range i - from {
+			g.primary = append(g.primary, nodeAfter(first, k).engine)
+		}
+	}
+	if g.now != 0 {
+		for k := range i - from {
+			nodeAfter(first, k).touch(g.now)
+		}
+	}
+	return i
+}
+
+// seg is a prediction: blocks from, from+1, ... are at node n and its
+// successors in n's run (a run's nodes are consecutive: a line holds two),
+// up to the next seg, the run's end or the frontier. n nil: block from's
+// directory line was asked for, and the blocks after it are unknown until
+// walk or check looks it up and predicts anew (chainFrom). Predictions are
+// kept a run at a time, not a block at a time: the pipeline's bookkeeping
+// was ~30% of a warm match when it wrote and read two words a block.
+type seg struct {
+	from int
+	n    *node
+	ref  uint32
+}
+
+// runEnd returns the block after the last one s can predict: its run's.
+func (s seg) runEnd() int { return s.from + int(runLen-s.ref%runLen) }
+
+// nodeAfter returns the k-th node after n in its run.
+func nodeAfter(n *node, k int) *node {
+	return (*node)(unsafe.Add(unsafe.Pointer(n), k*int(unsafe.Sizeof(node{}))))
+}
+
+// segAt returns the index of the seg block i falls in (segs[0] is at block
+// 0 once extend ran).
+func (sc *scratch) segAt(i int) int {
+	k := len(sc.segs) - 1
+	for k > 0 && sc.segs[k].from > i {
+		k--
+	}
+	return k
+}
+
+// predicted returns the prediction block i falls in, as walk follows it:
+// block j in [from, end) is at the (j-from)-th node after n; n nil: i is
+// not predicted (end is i+1).
+func (sc *scratch) predicted(i int) (n *node, from, end int) {
+	if i >= sc.frontier || len(sc.segs) == 0 {
+		return nil, i, i + 1
+	}
+	k := sc.segAt(i)
+	s := sc.segs[k]
+	if s.n == nil {
+		return nil, i, i + 1
+	}
+	end = min(s.runEnd(), sc.frontier)
+	if k+1 < len(sc.segs) {
+		end = min(end, sc.segs[k+1].from)
+	}
+	return s.n, s.from, end
+}
 
 // extend predicts where the nodes of blocks [sc.frontier, to) are: each
 // right after the block before's, within its run, and starts loading
-// their lines (a run's nodes are consecutive: a line holds two). Where a
-// run ends, the chain jumps: the next block's directory line is asked
-// for instead. A block after one whose place is unknown stays unknown
-// until walk finds that one and predicts anew (chainFrom).
+// their lines. Where a run ends, the chain jumps: the next block's
+// directory line is asked for instead. A block after one whose place is
+// unknown stays unknown until walk or check finds that one and predicts
+// anew (chainFrom).
 func (ix *Index) extend(sc *scratch, to int) {
 	to = min(to, len(sc.seqs))
 	j := sc.frontier
@@ -211,16 +345,12 @@ func (ix *Index) extend(sc *scratch, to int) {
 		return
 	}
 	addrs := sc.addrs[:0]
-	switch {
-	case j == 0:
+	if j == 0 {
 		// The first block has no predecessor: ask for its directory line.
-		sc.at[0], sc.refs[0] = nil, askedRef
+		sc.segs = append(sc.segs[:0], seg{})
 		addrs = ix.askDir(addrs, sc.seqs[0])
-		sc.unknown(1, to)
-	case sc.refs[j-1] < askedRef:
-		addrs = ix.follow(sc, j, to, sc.at[j-1], sc.refs[j-1], addrs)
-	default:
-		sc.unknown(j, to)
+	} else if s := sc.segs[len(sc.segs)-1]; s.n != nil {
+		addrs = ix.follow(sc, s, j, to, addrs)
 	}
 	sc.frontier = to
 	if len(addrs) > 0 {
@@ -229,14 +359,46 @@ func (ix *Index) extend(sc *scratch, to int) {
 	sc.addrs = addrs
 }
 
-// askDir appends the address of seq's home directory line.
+// follow predicts blocks [j, to) along s's run, s being the last seg,
+// appending to addrs the lines to ask for but block j-1's; where the run
+// ends, the next block's directory line, with a seg asking for it.
+func (ix *Index) follow(sc *scratch, s seg, j, to int, addrs []uintptr) []uintptr {
+	e := s.runEnd()
+	last := min(e, to) - 1
+	if j <= last {
+		a := uintptr(unsafe.Pointer(nodeAfter(s.n, j-s.from))) &^ 63
+		if j > s.from && uintptr(unsafe.Pointer(nodeAfter(s.n, j-1-s.from)))&^63 == a {
+			a += 64 // block j-1's line, asked already
+		}
+		for end := uintptr(unsafe.Pointer(nodeAfter(s.n, last-s.from))); a <= end; a += 64 {
+			addrs = append(addrs, a)
+		}
+	}
+	if e < to {
+		sc.segs = append(sc.segs, seg{from: e})
+		addrs = ix.askDir(addrs, sc.seqs[e])
+	}
+	return addrs
+}
+
+// askDir appends the address of the home directory line of identity seq.
 func (ix *Index) askDir(addrs []uintptr, seq uint64) []uintptr {
-	seq = ident(seq)
 	sh := &ix.shards[shardOf(seq)]
 	if len(sh.dir) == 0 {
 		return addrs
 	}
 	return append(addrs, uintptr(unsafe.Pointer(&sh.dir[home(seq, uint64(len(sh.dir)-1))])))
+}
+
+// cut drops the predictions from block j on: block j is not where they
+// said.
+func (sc *scratch) cut(j int) {
+	k := len(sc.segs)
+	for k > 0 && sc.segs[k-1].from >= j {
+		k--
+	}
+	clear(sc.segs[k:]) // no node pointers kept past use
+	sc.segs = sc.segs[:k]
 }
 
 // check verifies the predictions of the window at i, whose lines were
@@ -247,35 +409,55 @@ func (ix *Index) askDir(addrs []uintptr, seq uint64) []uintptr {
 // and the chain predicted anew from it, its lines asked for (walk checks
 // them).
 func (ix *Index) check(sc *scratch, i int) {
-	seqs, at := sc.window(i)
-	if len(seqs) == 0 {
+	end := min(i+window, sc.frontier)
+	if i >= end {
 		return
 	}
 	addrs := sc.addrs[:0]
-	for k, seq := range seqs {
-		j := i + k
-		seq = ident(seq)
-		n := at[k]
-		if n != nil && n.seq == seq {
-			if n.meta&metaMore != 0 && !sc.sameSet(j, n) {
+	for k := sc.segAt(i); k < len(sc.segs) && i < end; k++ {
+		s := sc.segs[k]
+		if s.n == nil {
+			if s.from == i { // asked for a window ago
+				seq := sc.seqs[i]
+				sh := &ix.shards[shardOf(seq)]
+				if pos, ok := sh.find(seq); ok {
+					ix.chainFrom(sc, i, sh.at(pos), sh.dir[pos].ref)
+				}
+				// else the prefix ends here: walk will see
+			}
+			break
+		}
+		stop := min(end, s.runEnd())
+		if k+1 < len(sc.segs) {
+			stop = min(stop, sc.segs[k+1].from)
+		}
+		n := nodeAfter(s.n, i-s.from)
+		var prev *node // block i-1's node, when confirmed
+		if i > s.from {
+			prev = nodeAfter(n, -1)
+			if prev.seq != sc.seqs[i-1] {
+				prev = nil
+			}
+		}
+		for ; i < stop; i++ {
+			seq := sc.seqs[i]
+			if n.seq != seq { // a jump the run did not foretell
+				sc.cut(i)
+				sc.segs = append(sc.segs, seg{from: i})
+				addrs = ix.askDir(addrs, seq)
+				break
+			}
+			// Holders in the arena are loaded by walk unless they are
+			// the set of the block before (same token, tokens.go).
+			if n.meta&metaMore != 0 && (n.meta&metaAlt != 0 || n.h1 == 0 || prev == nil || prev.meta&metaMore == 0 || prev.h1 != n.h1) {
 				addrs = append(addrs, uintptr(unsafe.Pointer(&ix.shards[shardOf(seq)].arena[n.h0])))
 			}
-			continue
+			prev = n
+			n = nodeAfter(n, 1)
 		}
-		switch {
-		case n != nil: // a jump the run did not foretell
-			at[k], sc.refs[j] = nil, askedRef
-			addrs = ix.askDir(addrs, seq)
-			sc.forget(j + 1)
-		case sc.refs[j] == askedRef:
-			sh := &ix.shards[shardOf(seq)]
-			if pos, ok := sh.find(seq); ok {
-				ix.chainFrom(sc, j, sh.at(pos), sh.dir[pos].ref)
-			} else {
-				sc.forget(j + 1) // the prefix ends here: walk will see
-			}
+		if i < stop {
+			break
 		}
-		break
 	}
 	if len(addrs) > 0 {
 		prefetch(addrs)
@@ -283,66 +465,14 @@ func (ix *Index) check(sc *scratch, i int) {
 	sc.addrs = addrs
 }
 
-// forget marks the predictions from block j to the frontier unknown.
-func (sc *scratch) forget(j int) { sc.unknown(j, sc.frontier) }
-
-// unknown marks blocks [j, to) unknown.
-func (sc *scratch) unknown(j, to int) {
-	for ; j < to; j++ {
-		sc.at[j], sc.refs[j] = nil, noRef
-	}
-}
-
-// follow predicts blocks [j, to) along the run of block j-1's node n at
-// ref, appending to addrs the lines to ask for; where the run ends, the
-// next block's directory line, and the blocks after it unknown.
-func (ix *Index) follow(sc *scratch, j, to int, n *node, ref uint32, addrs []uintptr) []uintptr {
-	line := uintptr(unsafe.Pointer(n)) &^ 63
-	for ; j < to; j++ {
-		if (ref+1)%runLen == 0 {
-			sc.at[j], sc.refs[j] = nil, askedRef
-			addrs = ix.askDir(addrs, sc.seqs[j])
-			sc.unknown(j+1, to)
-			break
-		}
-		n = (*node)(unsafe.Add(unsafe.Pointer(n), unsafe.Sizeof(node{})))
-		ref++
-		sc.at[j], sc.refs[j] = n, ref
-		if a := uintptr(unsafe.Pointer(n)) &^ 63; a != line {
-			addrs = append(addrs, a)
-			line = a
-		}
-	}
-	return addrs
-}
-
 // chainFrom predicts anew the blocks after j, whose node n at ref has just
 // been found, up to the frontier, and starts loading their lines and n's.
 func (ix *Index) chainFrom(sc *scratch, j int, n *node, ref uint32) {
-	sc.at[j], sc.refs[j] = n, ref
+	sc.cut(j)
+	s := seg{from: j, n: n, ref: ref}
+	sc.segs = append(sc.segs, s)
 	addrs := append(sc.chainAddrs[:0], uintptr(unsafe.Pointer(n))&^63)
-	addrs = ix.follow(sc, j+1, sc.frontier, n, ref, addrs)
+	addrs = ix.follow(sc, s, j+1, sc.frontier, addrs)
 	prefetch(addrs)
 	sc.chainAddrs = addrs
-}
-
-// sameSet reports whether block j's node n, with holders in the arena,
-// has the set token of block j-1's node, confirmed already: walk will not
-// load its holders.
-func (sc *scratch) sameSet(j int, n *node) bool {
-	if j == 0 || n.meta&metaAlt != 0 {
-		return false
-	}
-	p := sc.at[j-1]
-	return n.h1 != 0 && p != nil && p.seq == ident(sc.seqs[j-1]) && p.meta&metaMore != 0 && p.h1 == n.h1
-}
-
-// window returns the hashes of the window of blocks at i and their slots
-// in sc.at; none past the request.
-func (sc *scratch) window(i int) ([]uint64, []*node) {
-	if i >= len(sc.seqs) {
-		return nil, nil
-	}
-	seqs := sc.seqs[i:min(i+window, len(sc.seqs))]
-	return seqs, sc.at[i : i+len(seqs)]
 }

@@ -24,7 +24,7 @@ const (
 	chunkBase = 1024 // chunk c holds chunkBase<<c nodes
 	numChunks = 23   // chunkBase * (2^23 - 1) > 2^32 refs
 	noRef     = ^uint32(0)
-	maxNodes  = noRef - 2*runLen // refs stay clear of noRef and askedRef
+	maxNodes  = noRef - 2*runLen // refs stay clear of noRef
 )
 
 type store struct {
