@@ -125,6 +125,8 @@ type scratch struct {
 	last       uint64   // the sequence hash of the last one
 	segs       []seg    // where the blocks' nodes likely are (extend, check)
 	frontier   int      // blocks predicted so far
+	finds      int      // blocks walk looked up, not found where predicted
+	glided     int      // blocks walk took in glide
 	addrs      []uintptr
 	chainAddrs []uintptr
 	inline     [inlineMax]uint32 // holders of an inline node, for this block
@@ -157,6 +159,7 @@ func (sc *scratch) reset(nsrc int, chains bool, n int, mem []uint64) {
 		sc.st = append(sc.st, make([]srcState, nsrc-len(sc.st))...)
 	}
 	sc.alive, sc.now, sc.seqs = 0, 0, sc.seqs[:0]
+	sc.finds, sc.glided = 0, 0
 	if cap(sc.seqs) < n {
 		sc.seqs = make([]uint64, 0, n)
 	}

@@ -138,8 +138,9 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			if n == nil || n.seq != seq {
 				sh := &ix.shards[shardOf(seq)]
 				pos, ok := sh.find(seq) // a jump: where does the chain go on?
+				sc.finds++
 				if !ok {
-					sc.primary = g.primary
+					sc.primary, sc.glided = g.primary, g.glided
 					return i // the prefix ends here for everybody
 				}
 				n = sh.at(pos)
@@ -167,7 +168,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				if i == 0 || dense != sc.prevDense || dense && fp != sc.prevFP || !dense && !slices.Equal(cur, sc.prev) {
 					sc.advance(uint32(i), sc.prev, sc.prevDense, cur, dense)
 					if sc.alive == 0 {
-						sc.primary = g.primary
+						sc.primary, sc.glided = g.primary, g.glided
 						return i
 					}
 				}
@@ -207,7 +208,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			fast = (prevTok != 0 || prevIn) && (agree || !g.chains)
 		}
 	}
-	sc.primary = g.primary
+	sc.primary, sc.glided = g.primary, g.glided
 	return nb
 }
 
@@ -232,6 +233,7 @@ type glider struct {
 	want        holding
 	now         uint32
 	chains      bool
+	glided      int // blocks taken by glide
 }
 
 // hash hashes the next block, if any: walk hashes three windows ahead, a
@@ -269,6 +271,7 @@ func (g *glider) glide(n *node, i, stop int) int {
 		n = nodeAfter(n, 1)
 	}
 	g.h, g.last = h, last
+	g.glided += i - from
 	if g.chains {
 		for k := range i - from {
 			g.primary = append(g.primary, nodeAfter(first, k).engine)
