@@ -248,8 +248,8 @@ func (g *glider) hash() {
 	}
 }
 
-// glide takes blocks [i, stop) while each is at its predicted node, n for
-// block i and its successors, holding what the block before held, with no
+// glide takes blocks [i, stop) while each is at its predicted node, first
+// for block i and its successors, holding what the block before held, with no
 // engine hash of its own: the usual step along a conversation, where
 // nothing changes for anybody. It returns the first block it did not
 // take. Its loop is walk's inner loop, kept apart from walk's calls and
@@ -257,11 +257,14 @@ func (g *glider) hash() {
 // a block in walk's loop, ~60 here with the hash's ~25 (objdump). The
 // chain and the recency stamps are written after, from the nodes the loop
 // brought to cache.
-func (g *glider) glide(n *node, i, stop int) int {
+func (g *glider) glide(first *node, i, stop int) int {
 	seqs, local, h, last := g.seqs, g.local[:len(g.seqs)], g.h, g.last
 	meta, hs, mask := g.want.meta, g.want.hs, g.want.mask
-	from, first := i, n
+	from := i
 	for ; i < stop; i++ {
+		// From first, not from the node before: a pointer past the run's
+		// last node may point past its chunk, which Go forbids.
+		n := nodeAfter(first, i-from)
 		if n.seq != seqs[i] || n.meta&(metaMore|metaAlt) != meta || (n.words()^hs)&mask != 0 {
 			break
 		}
@@ -270,7 +273,6 @@ func (g *glider) glide(n *node, i, stop int) int {
 			seqs[h] = ident(last)
 			h++
 		}
-		n = nodeAfter(n, 1)
 	}
 	g.h, g.last = h, last
 	g.glided += i - from
@@ -455,6 +457,7 @@ func (ix *Index) check(sc *scratch, i int) {
 			}
 		}
 		for ; i < stop; i++ {
+			n := nodeAfter(s.n, i-s.from) // never past the run's last node
 			seq := sc.seqs[i]
 			if n.seq != seq { // a jump the run did not foretell
 				sc.cut(i)
@@ -468,7 +471,6 @@ func (ix *Index) check(sc *scratch, i int) {
 				addrs = append(addrs, uintptr(unsafe.Pointer(&ix.shards[shardOf(seq)].arena[n.h0])))
 			}
 			prev = n
-			n = nodeAfter(n, 1)
 		}
 		if i < stop {
 			break

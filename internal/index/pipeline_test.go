@@ -66,6 +66,13 @@ func TestWalkFollowsRuns(t *testing.T) {
 		}
 		return s
 	}
+	fill := func(src Source, runs int) []step {
+		var s []step
+		for k := range runs {
+			s = append(s, step{src, chain(uint64(100_000 * (k + 1)))[:runLen], 0, runLen})
+		}
+		return s
+	}
 	tests := []struct {
 		name   string
 		steps  []step
@@ -77,6 +84,10 @@ func TestWalkFollowsRuns(t *testing.T) {
 		{"two holders all along", interleave(turns(a, conv, blocks), turns(b, conv, blocks)), blocks - 1},
 		// b's holding ends inside a run: one more general step there.
 		{"holders change at block 40", interleave(turns(a, conv, blocks), turns(b, conv, 40)), blocks - 2},
+		// 31 runs of other chains first: conv's first run ends where the
+		// store's first chunk does (under -race, checkptr fails a walk that
+		// so much as computes a pointer past it).
+		{"a run ending at a chunk's end", append(fill(b, chunkBase/runLen-1), step{a, conv, 0, blocks}), blocks - 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
