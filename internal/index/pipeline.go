@@ -260,11 +260,8 @@ func (g *glider) hash() {
 func (g *glider) glide(first *node, i, stop int) int {
 	seqs, local, h, last := g.seqs, g.local[:len(g.seqs)], g.h, g.last
 	meta, hs, mask := g.want.meta, g.want.hs, g.want.mask
-	from := i
-	for ; i < stop; i++ {
-		// From first, not from the node before: a pointer past the run's
-		// last node may point past its chunk, which Go forbids.
-		n := nodeAfter(first, i-from)
+	from, n := i, first
+	for i < stop {
 		if n.seq != seqs[i] || n.meta&(metaMore|metaAlt) != meta || (n.words()^hs)&mask != 0 {
 			break
 		}
@@ -272,6 +269,11 @@ func (g *glider) glide(first *node, i, stop int) int {
 			last = kvhash.SequenceHash(last, local[h])
 			seqs[h] = ident(last)
 			h++
+		}
+		// Never a pointer past the run's last node: it may point past
+		// its chunk, which Go forbids (checkptr catches it under -race).
+		if i++; i < stop {
+			n = nodeAfter(n, 1)
 		}
 	}
 	g.h, g.last = h, last
