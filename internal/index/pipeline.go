@@ -440,20 +440,19 @@ func (ix *Index) check(sc *scratch, i int) {
 		if k+1 < len(sc.segs) {
 			stop = min(stop, sc.segs[k+1].from)
 		}
-		n := nodeAfter(s.n, i-s.from)
 		// The run's blocks follow their chain: if the last block predicted
 		// in the window is there, so are the ones before it (walk checks
 		// each anyway). Only their holders, in the arena, may need asking
 		// for; inline ones came with the nodes.
 		if stop > i {
-			if l := nodeAfter(n, stop-1-i); l.seq == sc.seqs[stop-1] && l.meta&metaMore == 0 {
+			if l := nodeAfter(s.n, stop-1-s.from); l.seq == sc.seqs[stop-1] && l.meta&metaMore == 0 {
 				i = stop
 				continue
 			}
 		}
 		var prev *node // block i-1's node, when confirmed
 		if i > s.from {
-			prev = nodeAfter(n, -1)
+			prev = nodeAfter(s.n, i-1-s.from)
 			if prev.seq != sc.seqs[i-1] {
 				prev = nil
 			}
