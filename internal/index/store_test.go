@@ -28,6 +28,27 @@ func TestStoreFollowsChains(t *testing.T) {
 	}
 }
 
+// TestStoreLeavesChainsRoom checks that once the store is sparse, a new
+// chain, which then takes a single free slot, leaves the free slots right
+// after other chains' last nodes: there they grow, node after node.
+func TestStoreLeavesChainsRoom(t *testing.T) {
+	var st store
+	var tails []uint32
+	for int(st.bump) < 2*st.live+4*runLen { // each chain a run of its own
+		tails = append(tails, st.alloc(noRef))
+	}
+	for range 2 * len(tails) { // sparse now: single free slots
+		if ref := st.alloc(noRef); ref%runLen <= openGap {
+			t.Fatalf("a new chain took slot %d, %d after its run's start", ref, ref%runLen)
+		}
+	}
+	for _, tail := range tails {
+		if got := st.alloc(tail); got != tail+1 {
+			t.Fatalf("the chain ending at %d went on at %d", tail, got)
+		}
+	}
+}
+
 // TestStoreChurn allocates and frees at random against a model and checks
 // that no slot is handed out twice, that the counts agree, and that churn
 // does not grow the store past about twice what lives in it.
