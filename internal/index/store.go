@@ -40,7 +40,8 @@ type store struct {
 	freeRuns []uint32 // runs that were empty when freed (some may be taken again)
 	listed   []uint64 // a bit a run: in freeRuns
 	// Once the store holds twice what lives in it, new chains take single
-	// free slots, found from cursor on: at least half the slots are free
+	// free slots, found from cursor on (clear of other chains' growth
+	// where one is near, freeSlot): at least half the slots are free
 	// then, so the search is short, and churn cannot grow the store.
 	cursor uint32
 	live   int
