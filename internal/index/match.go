@@ -122,7 +122,6 @@ type scratch struct {
 	alive      int
 	now        uint32   // recency epoch to stamp on the nodes walked, 0: none
 	seqs       []uint64 // the blocks' identities, hashed so far
-	last       uint64   // the sequence hash of the last one
 	segs       []seg    // where the blocks' nodes likely are (extend, check)
 	frontier   int      // blocks predicted so far
 	finds      int      // blocks walk looked up, not found where predicted

@@ -26,34 +26,6 @@ func (sc *scratch) prefetchLocal(local []uint64) {
 	sc.addrs = addrs
 }
 
-// hashes extends sc.seqs to the identities of local's first n blocks
-// (ident of their sequence hashes), the last one's hash in sc.last.
-func (sc *scratch) hashes(local []uint64, n int) []uint64 {
-	n = min(n, len(local))
-	seqs := sc.seqs
-	i := len(seqs)
-	if i >= n {
-		return seqs
-	}
-	// The hashes form one chain of dependent multiplies: the previous one
-	// is carried in a register rather than read back from seqs, which
-	// would add a store-to-load forwarding delay to every link.
-	var seq uint64
-	if i == 0 {
-		seq = local[0]
-		seqs = append(seqs, ident(seq))
-		i++
-	} else {
-		seq = sc.last
-	}
-	for _, h := range local[i:n] {
-		seq = kvhash.SequenceHash(seq, h)
-		seqs = append(seqs, ident(seq))
-	}
-	sc.seqs, sc.last = seqs, seq
-	return seqs
-}
-
 // rlockShards read-locks every shard, in ascending order as every taker
 // of several shard locks does.
 func (ix *Index) rlockShards() {
@@ -97,17 +69,15 @@ func ident(seq uint64) uint64 {
 // proceed while the CPU works on the window at hand.
 func (ix *Index) walk(sc *scratch, local []uint64) int {
 	nb := len(local)
-	seqs := sc.hashes(local, 3*window)
-	g := glider{local: local, h: len(seqs), last: sc.last, primary: sc.primary, now: sc.now, chains: sc.chains}
-	sc.seqs = seqs[:nb] // reset made room; past h, stale until hashed
-	g.seqs = sc.seqs
+	sc.seqs = sc.seqs[:nb] // reset made room; past g.h, stale until hashed
+	g := glider{seqs: sc.seqs, local: local, h: 1, last: local[0], primary: sc.primary, now: sc.now, chains: sc.chains}
+	g.seqs[0] = ident(g.last)
+	for g.h < min(3*window, nb) {
+		g.hash()
+	}
 	agree := true // no source's chain is private yet
-	// prevIn says the previous block's holders fit inline, packed as
-	// h0 == p0, h1 == p1.
-	var p0, p1 uint32
-	prevIn := false
-	var prevTok uint32 // the previous block's set token, when in the arena
-	fast := false      // g.want holds: blocks may glide
+	held := false // g.want is the previous block's holding
+	fast := false // and blocks may glide
 	sc.frontier = 0
 	ix.extend(sc, 3*window)
 	// Block i's node is predicted at pn's k-th successor, k = i-pnFrom,
@@ -137,15 +107,11 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 				n = nodeAfter(pn, i-pnFrom)
 			}
 			if n == nil || n.seq != seq {
-				sh := &ix.shards[shardOf(seq)]
-				pos, ok := sh.find(seq) // a jump: where does the chain go on?
 				sc.finds++
-				if !ok {
+				if n = ix.refind(sc, i); n == nil {
 					sc.primary, sc.glided = g.primary, g.glided
 					return i // the prefix ends here for everybody
 				}
-				n = sh.at(pos)
-				ix.chainFrom(sc, i, n, sh.dir[pos].ref)
 				pn, pnFrom, pnEnd = sc.predicted(i)
 			}
 			// The usual step along a conversation is a node with its
@@ -156,9 +122,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			// So is a node whose holders are sparse in the arena with
 			// the token of the block before: the same set (tokens.go),
 			// neither loaded.
-			if n.meta&(metaMore|metaAlt) == metaMore && n.h1 == prevTok && prevTok != 0 {
-				// nothing changes
-			} else if n.meta&(metaMore|metaAlt) != 0 || !prevIn || n.h0 != p0 || n.h1 != p1 {
+			if !held || !g.want.holds(n) {
 				sh := &ix.shards[shardOf(seq)]
 				cur, dense := sh.holders(n, &sc.inline)
 				var fp uint64
@@ -178,21 +142,7 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 					cur = sc.prevInline[:len(cur)]
 				}
 				sc.prev, sc.prevDense, sc.prevFP = cur, dense, fp
-				prevIn = !dense && fitsInline(cur)
-				p0, p1, prevTok = 0, 0, 0
-				if n.meta&metaMore != 0 {
-					prevTok = n.h1
-				}
-				if prevIn {
-					hs := packInline(cur)
-					p0, p1 = uint32(hs), uint32(hs>>32)
-				}
-				switch {
-				case prevTok != 0:
-					g.want = holding{meta: metaMore, hs: uint64(prevTok) << 32, mask: 0xffffffff << 32}
-				case prevIn:
-					g.want = holding{hs: uint64(p0) | uint64(p1)<<32, mask: ^uint64(0)}
-				}
+				g.want, held = holdingOf(n, cur, dense)
 			}
 			if g.chains {
 				if n.meta&metaAlt == 0 && agree {
@@ -206,20 +156,39 @@ func (ix *Index) walk(sc *scratch, local []uint64) int {
 			if g.now != 0 {
 				n.touch(g.now)
 			}
-			fast = (prevTok != 0 || prevIn) && (agree || !g.chains)
+			fast = held && (agree || !g.chains)
 		}
 	}
 	sc.primary, sc.glided = g.primary, g.glided
 	return nb
 }
 
-// holding is the holders a node must have to be glided over: those of the
-// block before, inline (h0 and h1 equal) or in the arena (h1, the set's
-// token, equal: mask covers h1 only).
+// holding is what a node's holder words must be for it to hold the set
+// of the block before without loading it: the same words inline (h0 and
+// h1), or in the arena the same set token (h1: mask covers it only), and
+// no holder with an engine hash of its own.
 type holding struct {
 	meta uint32 // n.meta&(metaMore|metaAlt)
 	hs   uint64 // h0 | h1<<32
 	mask uint64
+}
+
+// holdingOf returns the holding of node n, whose holders are cur (dense:
+// a dense block), and whether there is one: a dense set or one too large
+// to fit inline has none.
+func holdingOf(n *node, cur []uint32, dense bool) (holding, bool) {
+	switch {
+	case n.meta&metaMore != 0 && n.h1 != 0: // a set token
+		return holding{meta: metaMore, hs: uint64(n.h1) << 32, mask: 0xffffffff << 32}, true
+	case !dense && fitsInline(cur):
+		return holding{hs: packInline(cur), mask: ^uint64(0)}, true
+	}
+	return holding{}, false
+}
+
+// holds reports whether n has holding w.
+func (w holding) holds(n *node) bool {
+	return n.meta&(metaMore|metaAlt) == w.meta && (n.words()^w.hs)&w.mask == 0
 }
 
 // words returns n's holder words h0 and h1 as one.
@@ -259,10 +228,10 @@ func (g *glider) hash() {
 // brought to cache.
 func (g *glider) glide(first *node, i, stop int) int {
 	seqs, local, h, last := g.seqs, g.local[:len(g.seqs)], g.h, g.last
-	meta, hs, mask := g.want.meta, g.want.hs, g.want.mask
+	w := g.want
 	from, n := i, first
 	for i < stop {
-		if n.seq != seqs[i] || n.meta&(metaMore|metaAlt) != meta || (n.words()^hs)&mask != 0 {
+		if n.seq != seqs[i] || !w.holds(n) {
 			break
 		}
 		if h < len(seqs) {
@@ -427,12 +396,7 @@ func (ix *Index) check(sc *scratch, i int) {
 		s := sc.segs[k]
 		if s.n == nil {
 			if s.from == i { // asked for a window ago
-				seq := sc.seqs[i]
-				sh := &ix.shards[shardOf(seq)]
-				if pos, ok := sh.find(seq); ok {
-					ix.chainFrom(sc, i, sh.at(pos), sh.dir[pos].ref)
-				}
-				// else the prefix ends here: walk will see
+				ix.refind(sc, i) // nil: the prefix ends here, walk will see
 			}
 			break
 		}
@@ -481,6 +445,21 @@ func (ix *Index) check(sc *scratch, i int) {
 		prefetch(addrs)
 	}
 	sc.addrs = addrs
+}
+
+// refind looks block j up in the directory, where the chain goes on, and
+// predicts anew from its node, which it returns; nil if the index does not
+// hold the block.
+func (ix *Index) refind(sc *scratch, j int) *node {
+	seq := sc.seqs[j]
+	sh := &ix.shards[shardOf(seq)]
+	pos, ok := sh.find(seq)
+	if !ok {
+		return nil
+	}
+	n := sh.at(pos)
+	ix.chainFrom(sc, j, n, sh.dir[pos].ref)
+	return n
 }
 
 // chainFrom predicts anew the blocks after j, whose node n at ref has just

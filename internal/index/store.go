@@ -116,32 +116,37 @@ func (st *store) freeRun() uint32 {
 // after a chain's last node are where that chain grows, and a new chain
 // put there cuts it, so that a match jumps where it would have stepped.
 func (st *store) freeSlot() uint32 {
-	words := uint32(len(st.used))
-	for k := uint32(0); k < min(words, openScan); k++ {
-		w := (st.cursor/64 + k) % words
-		free := ^st.used[w]
-		open := free
-		for g := 1; g <= openGap && open != 0; g++ {
-			open &= free<<g | runHeads[g]
-		}
-		if open != 0 {
-			if ref := w*64 + uint32(bits.TrailingZeros64(open)); ref < st.bump {
-				st.cursor = ref
-				return ref
-			}
-		}
+	if ref, ok := st.scan(openGap, openScan); ok {
+		return ref
 	}
-	for k := uint32(0); k < words; k++ {
-		w := (st.cursor/64 + k) % words
-		if free := ^st.used[w]; free != 0 {
-			ref := w*64 + uint32(bits.TrailingZeros64(free))
-			if ref < st.bump {
-				st.cursor = ref
-				return ref
-			}
-		}
+	if ref, ok := st.scan(0, len(st.used)); ok {
+		return ref
 	}
 	panic("index: node store full below its bump") // unreachable: bump >= 2*live
+}
+
+// scan searches words of the slot bitmap from the cursor for a free slot
+// below bump with gap free slots before it in its run (fewer, all free,
+// from the run's start), and moves the cursor there.
+func (st *store) scan(gap, words int) (uint32, bool) {
+	n := uint32(len(st.used))
+	for k := uint32(0); k < min(n, uint32(words)); k++ {
+		w := (st.cursor/64 + k) % n
+		free := ^st.used[w]
+		open := free
+		for g := 1; g <= gap && open != 0; g++ {
+			open &= free<<g | runHeads[g]
+		}
+		if open == 0 {
+			continue
+		}
+		// The lowest open bit: if it is past the bump, so is the rest.
+		if ref := w*64 + uint32(bits.TrailingZeros64(open)); ref < st.bump {
+			st.cursor = ref
+			return ref, true
+		}
+	}
+	return 0, false
 }
 
 // grow makes room for refs below end.
