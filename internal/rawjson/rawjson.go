@@ -74,3 +74,22 @@ func SkipValue(b []byte, i int) int {
 	}
 	return i
 }
+
+// Elements appends to dst the text of each element of the array opening at
+// b[open] and returns them with the offset of its closing bracket. b must
+// be valid JSON.
+func Elements(dst [][]byte, b []byte, open int) ([][]byte, int) {
+	i := SkipSpace(b, open+1)
+	if b[i] == ']' {
+		return dst, i
+	}
+	for {
+		v := i
+		i = SkipValue(b, v)
+		dst = append(dst, b[v:i])
+		if i = SkipSpace(b, i); b[i] == ']' {
+			return dst, i
+		}
+		i = SkipSpace(b, i+1) // past the comma
+	}
+}
