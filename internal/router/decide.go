@@ -317,7 +317,7 @@ func (r *Router) fill(c *schedule.Candidate, g *group, e *entry, i int, ld *load
 func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decision) {
 	tsrc := index.WorkerRank(t.Worker.ID, t.Rank)
 	req := hints.Request{
-		Target: hints.Source(tsrc),
+		Target: tsrc,
 		Salt:   salt,
 		Meta:   r.meta,
 	}
@@ -362,7 +362,7 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 			guess = e != nil && e.w.Mode == ModeApproximate
 		}
 		req.Candidates = append(req.Candidates, hints.Candidate{
-			Source: hints.Source(src),
+			Source: src,
 			Depth:  depth,
 			Chain:  m.Chain,
 			// A guess carries made-up engine hashes: comparing them
@@ -380,7 +380,7 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 }
 
 // meta is what hint selection knows about a source. Callers hold mu.
-func (r *Router) meta(s hints.Source) (hints.Meta, bool) {
+func (r *Router) meta(s index.Source) (hints.Meta, bool) {
 	if s.Owner != "" {
 		o := r.owners[s.Owner]
 		if o == nil {
