@@ -244,11 +244,11 @@ func writeObject(dst, obj []byte, ms []rawjson.Member, edits []edit, extra []byt
 	return append(dst, obj[ms[len(ms)-1].End:]...)
 }
 
-// Extract finds the hint an engine would read in body: current placements
-// before older ones and, where a key repeats, its last occurrence (as
-// Python's json keeps). found is false when no placement holds a non-null
-// value.
-func Extract(body []byte) (raw []byte, p Placement, found bool, err error) {
+// Extract finds the hint an engine reading the placements from, in that
+// order of preference, finds in body: where a key repeats, its last
+// occurrence (as Python's json keeps). found is false when none of them
+// holds a non-null value.
+func Extract(body []byte, from ...Placement) (raw []byte, p Placement, found bool, err error) {
 	if !rawjson.Valid(body) {
 		return nil, 0, false, fmt.Errorf("%w: not valid JSON", ErrBadBody)
 	}
@@ -261,7 +261,7 @@ func Extract(body []byte) (raw []byte, p Placement, found bool, err error) {
 	if params := last(top, keyKVTransferParams); len(params) > 0 && params[0] == '{' {
 		inner, _ = rawjson.Members(nil, params, 0)
 	}
-	for _, p := range []Placement{PlaceVLLM, PlaceSGLang, PlaceVLLMOld, PlaceSGLangOld} {
+	for _, p := range from {
 		key, nested, _ := p.key()
 		ms := top
 		if nested {
