@@ -36,27 +36,6 @@ const (
 	mediumLinker = "EXTERNAL"
 )
 
-// Keys of BatchJSON, the decode command's output. They mirror the engine
-// wire names today but are our own format: an upstream rename must not
-// change what scripts reading our output see.
-const (
-	jsonTopic       = "topic"
-	jsonSeq         = "seq"
-	jsonTS          = "ts"
-	jsonDPRank      = "dp_rank"
-	jsonEvents      = "events"
-	jsonType        = "type"
-	jsonBlockHashes = "block_hashes"
-	jsonParent      = "parent_block_hash"
-	jsonTokenIDs    = "token_ids"
-	jsonBlockSize   = "block_size"
-	jsonTier        = "tier"
-	jsonOwnership   = "ownership"
-	jsonLoRAName    = "lora_name"
-	jsonCacheSalt   = "cache_salt"
-	jsonGroupIdx    = "group_idx"
-)
-
 // mediumTier maps every medium name engines send to its tier, returning
 // the name as a constant so that decoding it does not copy. Names are
 // matched exactly: an unknown one drops its event rather than guessing.
