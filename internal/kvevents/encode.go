@@ -77,9 +77,9 @@ func (e *Encoder) Append(dst []byte, b Batch) ([]byte, error) {
 		out = appendFloat(out, b.TS)
 	case EnvelopeMap:
 		out = append(out, 0x83)
-		out = appendStr(out, keyTS)
+		out = appendStr(out, KeyTS)
 		out = appendFloat(out, b.TS)
-		out = appendStr(out, keyEvents)
+		out = appendStr(out, KeyEvents)
 	default:
 		out = append(out, 0x93)
 		out = appendFloat(out, b.TS)
@@ -95,7 +95,7 @@ func (e *Encoder) Append(dst []byte, b Batch) ([]byte, error) {
 	case EnvelopeLegacy:
 		return out, nil
 	case EnvelopeMap:
-		out = appendStr(out, keyDPRank)
+		out = appendStr(out, KeyDPRank)
 	}
 	if !b.HasDPRank {
 		return append(out, 0xc0), nil
@@ -118,14 +118,14 @@ func (e *Encoder) medium(ev *Event) (string, error) {
 	if m == "" {
 		m = DefaultMedium(ev.Tier)
 	}
-	if _, tier, ok := mediumTier([]byte(m)); !ok || tier != ev.Tier {
-		return "", unencodable(keyMedium, fmt.Sprintf("%q is not a %s medium", m, ev.Tier))
+	if _, tier, ok := MediumTier([]byte(m)); !ok || tier != ev.Tier {
+		return "", unencodable(KeyMedium, fmt.Sprintf("%q is not a %s medium", m, ev.Tier))
 	}
-	if m == mediumLinker && ev.Ownership != OwnedByRunner {
-		return "", unencodable(keyMedium, mediumLinker+" marks runner-owned blocks; use another external medium")
+	if m == MediumLinker && ev.Ownership != OwnedByRunner {
+		return "", unencodable(KeyMedium, MediumLinker+" marks runner-owned blocks; use another external medium")
 	}
-	if ev.Ownership == OwnedByRunner && m != mediumLinker && e.Format != VLLMMap {
-		return "", unencodable(keyOwnership, fmt.Sprintf("%s carries runner ownership only as medium %s", e.Format, mediumLinker))
+	if ev.Ownership == OwnedByRunner && m != MediumLinker && e.Format != VLLMMap {
+		return "", unencodable(KeyOwnership, fmt.Sprintf("%s carries runner ownership only as medium %s", e.Format, MediumLinker))
 	}
 	return m, nil
 }
@@ -135,27 +135,27 @@ func (e *Encoder) appendEvent(b []byte, ev *Event) ([]byte, error) {
 	if e.Format != VLLMMap {
 		switch {
 		case ev.Locality != "":
-			return b, unencodable(keyLocality, "only "+VLLMMap.String()+" carries it")
+			return b, unencodable(KeyLocality, "only "+VLLMMap.String()+" carries it")
 		case ev.SessionID != "" && e.Format != SGLangMap:
-			return b, unencodable(keySessionID, "only map forms carry it")
+			return b, unencodable(KeySessionID, "only map forms carry it")
 		}
 	}
 	if sglang {
 		switch {
 		case ev.GroupIdx != 0:
-			return b, unencodable(keyGroupIdx, "SGLang forms do not carry it")
+			return b, unencodable(KeyGroupIdx, "SGLang forms do not carry it")
 		case ev.SpecKind != "":
-			return b, unencodable(keySpecKind, "SGLang forms do not carry it")
+			return b, unencodable(KeySpecKind, "SGLang forms do not carry it")
 		case ev.LoRAName != "" && e.Format == SGLangArray:
-			return b, unencodable(keyLoRAName, "only "+SGLangMap.String()+" carries it")
+			return b, unencodable(KeyLoRAName, "only "+SGLangMap.String()+" carries it")
 		}
 	} else if ev.Kind == KindStored && ev.CacheSalt != "" && (ev.HasParent || len(ev.BlockHashes) == 0) {
 		// vLLM puts the salt in a prefix's first block's extra keys only.
-		return b, unencodable(keyCacheSalt, "vLLM forms carry it on a root store only")
+		return b, unencodable(KeyCacheSalt, "vLLM forms carry it on a root store only")
 	}
 	if slices.ContainsFunc(ev.BlockExtra, func(x uint64) bool { return x != 0 }) {
 		// SGLang has no extra keys, and vLLM's cannot be rebuilt from them.
-		return b, unencodable(keyExtraKeys, "a digest does not say which keys it came from")
+		return b, unencodable(KeyExtraKeys, "a digest does not say which keys it came from")
 	}
 	switch ev.Kind {
 	case KindStored:
@@ -165,33 +165,33 @@ func (e *Encoder) appendEvent(b []byte, ev *Event) ([]byte, error) {
 	case KindCleared:
 		if ev.Ownership == OwnedByRunner {
 			if e.Format != VLLMMap {
-				return b, unencodable(keyOwnership, "only "+VLLMMap.String()+" carries it")
+				return b, unencodable(KeyOwnership, "only "+VLLMMap.String()+" carries it")
 			}
 			b = append(b, 0x82)
-			b = appendStr(b, keyType)
-			b = appendStr(b, tagCleared)
-			b = appendStr(b, keyOwnership)
-			return appendStr(b, ownerRunner), nil
+			b = appendStr(b, KeyType)
+			b = appendStr(b, TagCleared)
+			b = appendStr(b, KeyOwnership)
+			return appendStr(b, OwnerKVCR), nil
 		}
 		if e.Format == VLLMArray || e.Format == SGLangArray {
-			return appendStr(append(b, 0x91), tagCleared), nil
+			return appendStr(append(b, 0x91), TagCleared), nil
 		}
 		b = append(b, 0x81)
-		b = appendStr(b, keyType)
-		return appendStr(b, tagCleared), nil
+		b = appendStr(b, KeyType)
+		return appendStr(b, TagCleared), nil
 	}
-	return b, unencodable(keyType, fmt.Sprintf("kind %d", ev.Kind))
+	return b, unencodable(KeyType, fmt.Sprintf("kind %d", ev.Kind))
 }
 
 func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error) {
 	if ev.BlockSize < 0 {
-		return b, unencodable(keyBlockSize, "negative")
+		return b, unencodable(KeyBlockSize, "negative")
 	}
 	if placeholder := len(ev.TokenIDs) == 0 || ev.BlockSize == 0; placeholder != ev.Placeholder {
-		return b, unencodable(keyTokenIDs, "Placeholder must be set exactly when token_ids is empty or block_size is 0")
+		return b, unencodable(KeyTokenIDs, "Placeholder must be set exactly when token_ids is empty or block_size is 0")
 	}
 	if !ev.Placeholder && len(ev.TokenIDs) != len(ev.BlockHashes)*ev.BlockSize {
-		return b, unencodable(keyTokenIDs, fmt.Sprintf("%d token ids for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize))
+		return b, unencodable(KeyTokenIDs, fmt.Sprintf("%d token ids for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize))
 	}
 	medium, err := e.medium(ev)
 	if err != nil {
@@ -201,12 +201,12 @@ func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error)
 	// Header: count the fields this form writes.
 	switch {
 	case e.Format == VLLMArray:
-		b = appendStr(append(b, 0x9c), tagStored) // tag + 11 positions
+		b = appendStr(append(b, 0x9c), TagStored) // tag + 11 positions
 	case e.Format == SGLangArray:
 		if ev.CacheSalt != "" {
-			b = appendStr(append(b, 0x98), tagStored)
+			b = appendStr(append(b, 0x98), TagStored)
 		} else {
-			b = appendStr(append(b, 0x97), tagStored)
+			b = appendStr(append(b, 0x97), TagStored)
 		}
 	default:
 		n := 7 // type … medium
@@ -216,57 +216,57 @@ func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error)
 			n += 3 + count(ev.SpecKind != "", ev.Locality != "", ev.Ownership == OwnedByRunner, ev.SessionID != "")
 		}
 		b = appendMapLen(b, n)
-		b = appendStr(b, keyType)
-		b = appendStr(b, tagStored)
+		b = appendStr(b, KeyType)
+		b = appendStr(b, TagStored)
 	}
 	key := func(k string) {
 		if isMap {
 			b = appendStr(b, k)
 		}
 	}
-	key(keyBlockHashes)
+	key(KeyBlockHashes)
 	b = appendArrayLen(b, len(ev.BlockHashes))
 	for _, h := range ev.BlockHashes {
 		b = appendHash(b, h, sglang)
 	}
-	key(keyParent)
+	key(KeyParent)
 	if ev.HasParent {
 		b = appendHash(b, ev.ParentHash, sglang)
 	} else {
 		b = append(b, 0xc0)
 	}
-	key(keyTokenIDs)
+	key(KeyTokenIDs)
 	b = appendArrayLen(b, len(ev.TokenIDs))
 	for _, t := range ev.TokenIDs {
 		b = appendUint(b, uint64(t))
 	}
-	key(keyBlockSize)
+	key(KeyBlockSize)
 	b = appendUint(b, uint64(ev.BlockSize))
-	key(keyLoRAID)
+	key(KeyLoRAID)
 	if ev.HasLoRAID {
 		b = appendInt(b, ev.LoRAID)
 	} else {
 		b = append(b, 0xc0)
 	}
-	key(keyMedium)
+	key(KeyMedium)
 	b = appendStr(b, medium)
 	switch e.Format {
 	case SGLangArray:
 		if ev.CacheSalt != "" {
 			b = append(b, 0x81)
-			b = appendStr(b, keyCacheSalt)
+			b = appendStr(b, KeyCacheSalt)
 			b = appendStr(b, ev.CacheSalt)
 		}
 	case SGLangMap:
-		b = appendOptStr(b, keyCacheSalt, ev.CacheSalt)
-		b = appendOptStr(b, keySessionID, ev.SessionID)
-		b = appendOptStr(b, keyLoRAName, ev.LoRAName)
+		b = appendOptStr(b, KeyCacheSalt, ev.CacheSalt)
+		b = appendOptStr(b, KeySessionID, ev.SessionID)
+		b = appendOptStr(b, KeyLoRAName, ev.LoRAName)
 	default:
-		key(keyLoRAName)
+		key(KeyLoRAName)
 		b = appendNilStr(b, ev.LoRAName)
 		// vLLM sends one extra-keys entry per block: nil, or for a root
 		// block of a salted request the salt (after the LoRA name).
-		key(keyExtraKeys)
+		key(KeyExtraKeys)
 		b = appendArrayLen(b, len(ev.BlockHashes))
 		for i := range ev.BlockHashes {
 			switch {
@@ -278,19 +278,19 @@ func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error)
 				b = append(b, 0xc0)
 			}
 		}
-		key(keyGroupIdx)
+		key(KeyGroupIdx)
 		b = appendInt(b, int64(ev.GroupIdx))
 		if e.Format == VLLMArray {
 			b = appendNilStr(b, ev.SpecKind)
 			b = append(b, 0xc0) // sliding window, not kept
 			break
 		}
-		b = appendOptStr(b, keySpecKind, ev.SpecKind)
-		b = appendOptStr(b, keyLocality, ev.Locality)
+		b = appendOptStr(b, KeySpecKind, ev.SpecKind)
+		b = appendOptStr(b, KeyLocality, ev.Locality)
 		if ev.Ownership == OwnedByRunner {
-			b = appendOptStr(b, keyOwnership, ownerRunner)
+			b = appendOptStr(b, KeyOwnership, OwnerKVCR)
 		}
-		b = appendOptStr(b, keySessionID, ev.SessionID)
+		b = appendOptStr(b, KeySessionID, ev.SessionID)
 	}
 	return b, nil
 }
@@ -302,38 +302,38 @@ func (e *Encoder) appendRemoved(b []byte, ev *Event, sglang bool) ([]byte, error
 	}
 	switch e.Format {
 	case VLLMArray:
-		b = appendStr(append(b, 0x94), tagRemoved)
+		b = appendStr(append(b, 0x94), TagRemoved)
 	case SGLangArray:
-		b = appendStr(append(b, 0x93), tagRemoved)
+		b = appendStr(append(b, 0x93), TagRemoved)
 	case SGLangMap:
-		b = appendStr(appendStr(append(b, 0x83), keyType), tagRemoved)
+		b = appendStr(appendStr(append(b, 0x83), KeyType), TagRemoved)
 	default:
 		n := 4 + count(ev.Locality != "", ev.Ownership == OwnedByRunner)
-		b = appendStr(appendStr(appendMapLen(b, n), keyType), tagRemoved)
+		b = appendStr(appendStr(appendMapLen(b, n), KeyType), TagRemoved)
 	}
 	isMap := e.Format == VLLMMap || e.Format == SGLangMap
 	if isMap {
-		b = appendStr(b, keyBlockHashes)
+		b = appendStr(b, KeyBlockHashes)
 	}
 	b = appendArrayLen(b, len(ev.BlockHashes))
 	for _, h := range ev.BlockHashes {
 		b = appendHash(b, h, sglang)
 	}
 	if isMap {
-		b = appendStr(b, keyMedium)
+		b = appendStr(b, KeyMedium)
 	}
 	b = appendStr(b, medium)
 	if sglang {
 		return b, nil
 	}
 	if isMap {
-		b = appendStr(b, keyGroupIdx)
+		b = appendStr(b, KeyGroupIdx)
 	}
 	b = appendInt(b, int64(ev.GroupIdx))
 	if e.Format == VLLMMap {
-		b = appendOptStr(b, keyLocality, ev.Locality)
+		b = appendOptStr(b, KeyLocality, ev.Locality)
 		if ev.Ownership == OwnedByRunner {
-			b = appendOptStr(b, keyOwnership, ownerRunner)
+			b = appendOptStr(b, KeyOwnership, OwnerKVCR)
 		}
 	}
 	return b, nil

@@ -17,11 +17,11 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		mustHex(tb, specV3),
 		mustHex(tb, specV1)[:100],
 		arr(f64(1), arr(vllmRemoved())),
-		obj(str(keyEvents), arr(arr(str(tagCleared))), str(keyTS), f64(1), str(keyDPRank), null),
-		batch(arr(str(tagStored), arr(i64(-5)), null, arr(arr(uv(1), uv(2))), uv(1), null, str("GPU"), obj(str(keyCacheSalt), str("s")))),
-		batch(vllmStored(kv(keyBlockHashes, arr(bin(make([]byte, 32)))), kv(keyOwnership, str(ownerRunner)))),
-		batch(vllmRemoved(kv(keyMedium, str("EXTERNAL")))),
-		batch(vllmStored(kv(keyTokenIDs, arr()), kv(keyMedium, str("CPU")))),
+		obj(str(KeyEvents), arr(arr(str(TagCleared))), str(KeyTS), f64(1), str(KeyDPRank), null),
+		batch(arr(str(TagStored), arr(i64(-5)), null, arr(arr(uv(1), uv(2))), uv(1), null, str("GPU"), obj(str(KeyCacheSalt), str("s")))),
+		batch(vllmStored(kv(KeyBlockHashes, arr(bin(make([]byte, 32)))), kv(KeyOwnership, str(OwnerKVCR)))),
+		batch(vllmRemoved(kv(KeyMedium, str("EXTERNAL")))),
+		batch(vllmStored(kv(KeyTokenIDs, arr()), kv(KeyMedium, str("CPU")))),
 		raw(tb, "dd7fffffff"),
 	}
 	for format, b := range roundTripBatches() {

@@ -93,7 +93,7 @@ func eventView(ev *Event) any {
 	var owner *string
 	if ev.Ownership == OwnedByRunner {
 		owner = new(string)
-		*owner = ownerRunner
+		*owner = OwnerKVCR
 	}
 	hashes := ev.BlockHashes
 	if hashes == nil {
