@@ -1,4 +1,4 @@
-package kvevents
+package kvencode
 
 import (
 	"bytes"
