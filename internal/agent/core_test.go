@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvstream"
@@ -351,8 +352,8 @@ func TestLargeBatchReachesRouters(t *testing.T) {
 	go func() { defer close(done); f.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	var enc kvevents.Encoder
-	enc.Format = kvevents.SGLangMap
+	var enc kvencode.Encoder
+	enc.Format = kvencode.SGLangMap
 	seq := uint64(0)
 	send := func(first, n int) {
 		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierDevice, BlockSize: 1}

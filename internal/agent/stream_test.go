@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/workerconfig"
@@ -19,7 +20,7 @@ func startBindMode(t *testing.T, config string, firstSeq uint64) (*engine, *clus
 	t.Helper()
 	port, replay := freePort(t), freePort(t)
 	e := &engine{t: t, kind: workerconfig.EngineSGLang, port: port, replay: replay, tr: newTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
-	e.enc.Format = kvevents.SGLangMap
+	e.enc.Format = kvencode.SGLangMap
 	cfg := engineConfig(t, config, func(cfg, extra, events map[string]any) {
 		events["endpoint"] = fmt.Sprintf("tcp://127.0.0.1:%d", port)
 		events["replay_endpoint"] = fmt.Sprintf("tcp://*:%d", replay)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"kvrouter/internal/hints"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
@@ -54,7 +55,7 @@ func (in *ingest) send(t *testing.T, evs ...kvevents.Event) {
 // batchOn is a live batch of evs on topic.
 func batchOn(t *testing.T, topic string, evs ...kvevents.Event) kvstream.Message {
 	t.Helper()
-	enc := kvevents.Encoder{Format: kvevents.VLLMMap}
+	enc := kvencode.Encoder{Format: kvencode.VLLMMap}
 	b, err := enc.Encode(kvevents.Batch{TS: 1, Events: evs})
 	if err != nil {
 		t.Fatal(err)

@@ -78,20 +78,6 @@ func MediumTier(m []byte) (string, Tier, bool) {
 	return "", 0, false
 }
 
-// DefaultMedium is the medium name the Encoder writes for a tier when an
-// event does not carry its own.
-func DefaultMedium(t Tier) string {
-	switch t {
-	case TierHost:
-		return "CPU"
-	case TierDisk:
-		return "DISK"
-	case TierExternal:
-		return MediumLinker
-	}
-	return "GPU"
-}
-
 // intern returns a constant for string values common enough on the wire
 // that decoding them should not copy.
 func intern(v []byte) (string, bool) {

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvhash"
 )
 
@@ -222,14 +222,14 @@ func (c *Config) validate() error {
 	return nil
 }
 
-func (c *Config) format() kvevents.Format {
+func (c *Config) format() kvencode.Format {
 	switch {
 	case c.Flavor == SGLang && c.EventFormat == FormatArray:
-		return kvevents.SGLangArray
+		return kvencode.SGLangArray
 	case c.Flavor == SGLang:
-		return kvevents.SGLangMap
+		return kvencode.SGLangMap
 	}
-	return kvevents.VLLMMap
+	return kvencode.VLLMMap
 }
 
 func (c *Config) vllmSeed() string {
