@@ -39,16 +39,19 @@ type Candidate struct {
 	Suffix *Run
 	// HashConflict: the source's engine hashes disagree with the target's,
 	// so the target could not look the pulled blocks up.
+	//
+	// A candidate carries no cache salt to compare with the request's: the
+	// salt is part of a block's identity (kvhash.SeedFor seeds the local
+	// hashes with it), so the index matches a request only against blocks
+	// stored under the request's own salt.
 	HashConflict bool
-	Salt         string
 }
 
 // Request is the input to Select once the target is chosen.
 type Request struct {
 	Target       index.Source
 	TargetMeta   Meta
-	PrefixToBeat int    // the target's own cached device prefix, in blocks
-	Salt         string // the request's cache salt
+	PrefixToBeat int // the target's own cached device prefix, in blocks
 	// Chain is the request's engine block hashes as far as the target's
 	// cache knows them (at least [0, PrefixToBeat) when available). It
 	// anchors suffix runs and is checked against the winner's chain.
@@ -75,7 +78,6 @@ const (
 	ReasonSourceNotCapable        // ... lacks router_hint or an endpoint, or is unknown
 	ReasonNotReady                // ... has an event stream still catching up
 	ReasonConflict                // ... has engine hashes that disagree with the target's
-	ReasonSaltMismatch            // ... was stored under another cache salt
 	ReasonHole                    // ... holds a run that does not join the target's prefix
 	// From here on a winner was chosen, then refused.
 	ReasonChainTruncated  // the winner's depth exceeds its retained chain
@@ -95,7 +97,6 @@ var reasonNames = [...]string{
 	ReasonSourceNotCapable: "source_not_capable",
 	ReasonNotReady:         "not_ready",
 	ReasonConflict:         "conflict",
-	ReasonSaltMismatch:     "salt_mismatch",
 	ReasonHole:             "hole",
 	ReasonChainTruncated:   "chain_truncated",
 	ReasonChainMismatch:    "chain_mismatch",
@@ -251,9 +252,6 @@ func eligible(req Request, c *Candidate) Reason {
 	}
 	if c.HashConflict {
 		return ReasonConflict
-	}
-	if c.Salt != req.Salt {
-		return ReasonSaltMismatch
 	}
 	if req.Meta == nil {
 		return ReasonSourceNotCapable

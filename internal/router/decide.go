@@ -255,7 +255,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	if r.cfg.NoHints {
 		d.HintDecision = hints.Decision{Reason: hints.ReasonDisabled}
 	} else {
-		d.Hint, d.HintDecision = r.hint(g, d.Target, req.Salt)
+		d.Hint, d.HintDecision = r.hint(g, d.Target)
 	}
 	return d, nil
 }
@@ -314,11 +314,10 @@ func (r *Router) fill(c *schedule.Candidate, g *group, e *entry, i int, ld *load
 
 // hint runs hint selection for the chosen target. It never changes the
 // target.
-func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decision) {
+func (r *Router) hint(g *group, t Target) (hints.Hint, hints.Decision) {
 	tsrc := index.WorkerRank(t.Worker.ID, t.Rank)
 	req := hints.Request{
 		Target: tsrc,
-		Salt:   salt,
 		Meta:   r.meta,
 	}
 	req.TargetMeta, _ = r.meta(req.Target)
@@ -368,8 +367,6 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 			// A guess carries made-up engine hashes: comparing them
 			// means nothing (and Meta refuses the source anyway).
 			HashConflict: !guess && g.ix.Conflict(tsrc, src),
-			// Identities are salted: a match is under the request's salt.
-			Salt: salt,
 		})
 	}
 	h, d := hints.Select(req, r.policies[g.bs])
