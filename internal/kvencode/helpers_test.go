@@ -1,11 +1,6 @@
 package kvencode
 
-import (
-	"encoding/hex"
-	"testing"
-
-	"kvrouter/internal/kvevents"
-)
+import "kvrouter/internal/kvevents"
 
 // SPEC 2.4's test vectors: V1, a vLLM map-form BlockStored and
 // BlockRemoved of the block H; V3, an SGLang map-form two-page store and
@@ -17,15 +12,6 @@ const (
 )
 
 var tokens1234 = []uint32{1, 2, 3, 4}
-
-func mustHex(tb testing.TB, s string) []byte {
-	tb.Helper()
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
 
 // wantBatch is the envelope of the spec vectors around events.
 func wantBatch(events ...kvevents.Event) kvevents.Batch {
