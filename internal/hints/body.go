@@ -112,7 +112,8 @@ func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
 	}
 	obj := body[open:] // offsets below are the object's own
-	top, closing := rawjson.Members(nil, obj, 0)
+	var buf [16]rawjson.Member // on the stack unless the body has more
+	top, closing := rawjson.Members(buf[:0], obj, 0)
 	obj = obj[:closing+1]
 	lastParams := -1
 	for i, m := range top {
@@ -181,7 +182,8 @@ func rewriteParams(v []byte, ins *insert) ([]byte, bool, error) {
 		}
 		return v, false, nil
 	}
-	ms, _ := rawjson.Members(nil, v, 0)
+	var buf [8]rawjson.Member
+	ms, _ := rawjson.Members(buf[:0], v, 0)
 	edits := make([]edit, len(ms))
 	changed := false
 	for i, m := range ms {
