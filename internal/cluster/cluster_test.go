@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kvrouter/internal/cluster/clustertest"
 )
 
 // bin is kvrouter built once for the package's tests, without -race so
@@ -18,7 +20,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	os.Exit(RunWithBinary(m, &bin))
+	os.Exit(clustertest.RunWithBinary(m, &bin))
 }
 
 // testCtx bounds a test against hangs; it is not a timing assertion.

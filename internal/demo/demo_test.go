@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"kvrouter/internal/cluster"
+	"kvrouter/internal/cluster/clustertest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +22,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.RunWithBinary(m, &bin))
+	os.Exit(clustertest.RunWithBinary(m, &bin))
 }
 
 // testCtx bounds a test against hangs; it is not a timing assertion.

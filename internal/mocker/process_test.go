@@ -2,7 +2,7 @@ package mocker
 
 import (
 	"bytes"
-	"kvrouter/internal/cluster"
+	"kvrouter/internal/cluster/clustertest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -68,7 +68,7 @@ func TestProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs kvrouter processes")
 	}
-	bin, err := cluster.Build(t.TempDir())
+	bin, err := clustertest.Build(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"kvrouter/internal/cluster"
+	"kvrouter/internal/cluster/clustertest"
 	"kvrouter/internal/workload"
 )
 
@@ -24,7 +25,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.RunWithBinary(m, &bin))
+	os.Exit(clustertest.RunWithBinary(m, &bin))
 }
 
 // testCtx bounds a test against hangs; it is not a timing assertion.
