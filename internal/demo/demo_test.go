@@ -17,13 +17,7 @@ import (
 	"time"
 )
 
-// bin is kvrouter built once for the package's tests, without -race so
-// that the cluster's processes start and run fast under go test -race.
-var bin string
-
-func TestMain(m *testing.M) {
-	os.Exit(clustertest.RunWithBinary(m, &bin))
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // testCtx bounds a test against hangs; it is not a timing assertion.
 func testCtx(t *testing.T) context.Context {
@@ -37,6 +31,7 @@ func testCtx(t *testing.T) context.Context {
 // output, the router's hint named A's runner, and after the eviction the
 // router attaches no hint.
 func TestSeedScenario(t *testing.T) {
+	bin := clustertest.Binary(t)
 	for _, flavor := range []string{"sglang", "vllm"} {
 		t.Run(flavor, func(t *testing.T) {
 			logs := t.TempDir()
@@ -109,6 +104,7 @@ func TestSeedScenario(t *testing.T) {
 // TestRunWorkload runs a small demo in process and checks the summary
 // against what the router counted.
 func TestRunWorkload(t *testing.T) {
+	bin := clustertest.Binary(t)
 	w := Workload()
 	w.Sessions, w.Turns, w.BurstSize = 6, 3, 3
 	var out, errs bytes.Buffer
@@ -143,6 +139,7 @@ func TestRunWorkload(t *testing.T) {
 // TestRunCanceled: interrupting the demo while the workload runs stops
 // every process it started.
 func TestRunCanceled(t *testing.T) {
+	bin := clustertest.Binary(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	w := Workload()

@@ -13,6 +13,8 @@ import (
 	"kvrouter/internal/kvhash"
 )
 
+func TestMain(m *testing.M) { clustertest.Main(m) }
+
 // proc is a `kvrouter mocker` process.
 type proc struct {
 	url, control string
@@ -65,13 +67,7 @@ func startProc(t *testing.T, bin string, seed int) proc {
 // TestProcesses runs the acceptance path across two OS processes built from
 // cmd/kvrouter: every byte crosses real sockets between real processes.
 func TestProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs kvrouter processes")
-	}
-	bin, err := clustertest.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.Binary(t)
 	a, b := startProc(t, bin, 0), startProc(t, bin, 0)
 	ref := startEngine(t, nil) // only for its tokenizer
 	prompt := longPrompt(t, ref, "processes", 2000)
