@@ -34,6 +34,7 @@ func TestSeedScenario(t *testing.T) {
 	bin := clustertest.Binary(t)
 	for _, flavor := range []string{"sglang", "vllm"} {
 		t.Run(flavor, func(t *testing.T) {
+			t.Parallel() // two demos, two clusters: nothing shared
 			logs := t.TempDir()
 			cmd := exec.CommandContext(testCtx(t), bin, "demo", "--scenario", "seed", "--json",
 				"--flavor", flavor, "--log-dir", logs)
@@ -107,6 +108,8 @@ func TestRunWorkload(t *testing.T) {
 	bin := clustertest.Binary(t)
 	w := Workload()
 	w.Sessions, w.Turns, w.BurstSize = 6, 3, 3
+	// Short pauses: the checks count requests and cached prefixes, not pacing.
+	w.ThinkTime, w.BurstInterval = 100*time.Millisecond, 300*time.Millisecond
 	var out, errs bytes.Buffer
 	res, err := Run(testCtx(t), Options{Binary: bin, Engines: 2, Workload: w, Speedup: 4, JSON: true, Out: &out, Err: &errs})
 	if err != nil {
