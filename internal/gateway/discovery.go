@@ -104,7 +104,7 @@ func (d *Discovery) watch(ctx context.Context, ch <-chan discovery.Change) bool 
 }
 
 func (d *Discovery) put(dw discovery.Worker) {
-	w, err := router.FromRegistration(dw)
+	w, err := workerFromRegistration(dw)
 	if err != nil {
 		if d.refused[dw.ID] != err.Error() {
 			d.refused[dw.ID] = err.Error()

@@ -16,16 +16,11 @@ import (
 	"time"
 
 	"kvrouter/internal/cluster"
+	"kvrouter/internal/cluster/clustertest"
 	"kvrouter/internal/workload"
 )
 
-// bin is kvrouter built once for the package's tests, without -race so
-// that the cluster's processes start and run fast under go test -race.
-var bin string
-
-func TestMain(m *testing.M) {
-	os.Exit(cluster.RunWithBinary(m, &bin))
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // testCtx bounds a test against hangs; it is not a timing assertion.
 func testCtx(t *testing.T) (context.Context, context.CancelFunc) {
@@ -35,10 +30,11 @@ func testCtx(t *testing.T) (context.Context, context.CancelFunc) {
 }
 
 // tiny is a run of two small engines at ten times the speed and a few
-// requests: large enough for prefixes to be shared and pulled.
+// requests: large enough for prefixes to be shared and pulled. It skips t
+// under -short.
 func tiny(t *testing.T, policies ...string) Options {
 	return Options{
-		Binary: bin, Engines: 2, GPUBlocks: 64, RunnerBlocks: 256, KVBytesPerToken: 4 << 10,
+		Binary: clustertest.Binary(t), Engines: 2, GPUBlocks: 64, RunnerBlocks: 256, KVBytesPerToken: 4 << 10,
 		// No simulated pull setup: the prompts are far shorter than the
 		// preset's crossover, and these tests want pulls.
 		PullSetup: -1, Speedup: 10, ProbeRepeats: 1,
@@ -57,8 +53,8 @@ func tiny(t *testing.T, policies ...string) Options {
 // requests; the calibration measured; the plot written; nothing left
 // running.
 func TestTinyRun(t *testing.T) {
-	ctx, _ := testCtx(t)
 	o := tiny(t, "kv", "kv_hints")
+	ctx, _ := testCtx(t)
 	var out, errs bytes.Buffer
 	o.JSON, o.Out, o.Err = true, &out, &errs
 	o.Plot = filepath.Join(t.TempDir(), "ttft.svg")
@@ -204,8 +200,8 @@ func TestTinyRun(t *testing.T) {
 // TestCancelStopsEverything interrupts a run as soon as its first policy
 // starts sending, as Ctrl-C would, and checks that every process is gone.
 func TestCancelStopsEverything(t *testing.T) {
-	ctx, cancel := testCtx(t)
 	o := tiny(t, "round_robin", "kv")
+	ctx, cancel := testCtx(t)
 	o.Err = &cancelOn{match: "round_robin: sending", cancel: cancel}
 	_, err := Run(ctx, o)
 	if !errors.Is(err, context.Canceled) {
@@ -264,8 +260,8 @@ func withVocab(w workload.AgenticConfig) workload.AgenticConfig {
 // probe pull takes at least the setup, and the calibration's line
 // through them recovers it as the intercept (loopback adds a little).
 func TestCalibrationMeasuresPullSetup(t *testing.T) {
-	ctx, _ := testCtx(t)
 	o := tiny(t)
+	ctx, _ := testCtx(t)
 	o.PullSetup = 400 * time.Millisecond // 40 ms of wall time at speedup 10
 	o.ProbeRepeats = 3                   // medians of three vote an outlier down
 	o.fill()
