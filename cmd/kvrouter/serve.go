@@ -7,14 +7,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvrouter/internal/gateway"
+	"kvrouter/internal/direct"
+	"kvrouter/internal/serve"
 )
 
 func init() { commands = append(commands, newServeCmd) }
 
 func newServeCmd() *cobra.Command {
 	var gcPercent *int
-	o := gateway.Defaults()
+	o := serve.Defaults()
 	var (
 		workers  []string
 		setupMS  float64
@@ -77,7 +78,7 @@ when --allow-target-override is set.`,
 			}
 			o.Log = stderrLogger(cmd, level)
 			for _, w := range workers {
-				spec, err := gateway.ParseWorkerSpec(w)
+				spec, err := direct.ParseWorkerSpec(w)
 				if err != nil {
 					return err
 				}
@@ -86,7 +87,7 @@ when --allow-target-override is set.`,
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
 			ctx, stop := interruptible(cmd)
 			defer stop()
-			return gateway.Run(ctx, o)
+			return serve.Run(ctx, o)
 		},
 	}
 	f := cmd.Flags()

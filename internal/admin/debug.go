@@ -1,14 +1,49 @@
-package gateway
+package admin
 
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/router"
 )
+
+// Views serves one router service's operator views.
+type Views struct {
+	Router *router.Router
+	// Front takes /debug/route's requests through its own steps.
+	Front *frontdoor.Server
+	// Gatherer holds every metric /metrics exposes.
+	Gatherer prometheus.Gatherer
+}
+
+// Mount routes the operator views on mux: GET /metrics, GET
+// /debug/workers and POST /debug/route.
+func (v *Views) Mount(mux *http.ServeMux) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(v.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/workers", v.debugWorkers)
+	mux.HandleFunc("POST /debug/route", v.debugRoute)
+}
+
+// writeJSON answers 200 with v, indented, as the front door writes JSON.
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(http.StatusOK)
+	w.Write(append(b, '\n'))
+}
 
 // The operator views' JSON shapes.
 
@@ -77,23 +112,12 @@ func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 // debugRoute answers the decision a request would get, without sending it
 // or recording it anywhere.
-func (s *Server) debugRoute(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r, nil)
-	if aerr != nil {
-		writeError(w, aerr)
+func (v *Views) debugRoute(w http.ResponseWriter, r *http.Request) {
+	e, ok := v.Front.Explain(w, r)
+	if !ok {
 		return
 	}
-	// The body tells which endpoint it was meant for.
-	p, aerr := s.prepare(r, body, guessKind(body), nil)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	d, took, aerr := s.decide(p, nil, true)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
+	d := e.Decision
 	out := routeJSON{
 		Model:         d.Model,
 		Target:        targetJSON{d.Target.Worker.ID, d.Target.Rank},
@@ -103,8 +127,8 @@ func (s *Server) debugRoute(w http.ResponseWriter, r *http.Request) {
 		Tokens:        d.Tokens,
 		Blocks:        d.Blocks,
 		OverlapBlocks: d.Overlap,
-		TokenizeUS:    us(p.tokenized),
-		DecideUS:      us(took),
+		TokenizeUS:    us(e.Tokenize),
+		DecideUS:      us(e.Decide),
 		Hint:          json.RawMessage("null"),
 	}
 	for i, c := range d.Candidates {
@@ -112,9 +136,9 @@ func (s *Server) debugRoute(w http.ResponseWriter, r *http.Request) {
 			c.AdjustedPrefill, c.PotentialDecodeBlocks, c.ActiveRequests, c.Cost}
 	}
 	if d.HintDecision.Hinted() {
-		out.Hint = hintJSON(d.Target.Worker.Placement, p.id, d.Hint)
+		out.Hint = hintJSON(d.Target.Worker.Placement, e.RequestID, d.Hint)
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, out)
 }
 
 // hintJSON is the hint exactly as it would be placed in the body.
@@ -218,20 +242,20 @@ func ownerOf(o router.OwnerView) ownerJSON {
 
 // debugWorkers lists every worker, its ranks and owners, and the detached
 // owners, with readiness and index sizes per tier.
-func (s *Server) debugWorkers(w http.ResponseWriter, _ *http.Request) {
-	s.Router.RefreshSizes()
-	ws, detached := s.Router.View()
+func (v *Views) debugWorkers(w http.ResponseWriter, _ *http.Request) {
+	v.Router.RefreshSizes()
+	ws, detached := v.Router.View()
 	out := struct {
 		DiscoveryLive  bool         `json:"discovery_live"`
 		Workers        []workerJSON `json:"workers"`
 		DetachedOwners []ownerJSON  `json:"detached_owners"`
-	}{DiscoveryLive: s.Router.Stats().DiscoveryLive, Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
-	for _, v := range ws {
-		wj := workerJSON{ID: v.ID, Model: v.Model, URL: v.URL, Engine: v.Engine, Origin: v.Origin.String(), Mode: v.Mode.String(),
-			BlockSize: v.BlockSize, DPStart: v.DPStart, DPSize: v.DPSize, Type: v.Capability.Type.String(),
-			CanConsume: v.Capability.CanConsume, Placement: v.Placement.String(), Refusal: v.Refusal, Trusted: v.Trusted,
+	}{DiscoveryLive: v.Router.Stats().DiscoveryLive, Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
+	for _, wv := range ws {
+		wj := workerJSON{ID: wv.ID, Model: wv.Model, URL: wv.URL, Engine: wv.Engine, Origin: wv.Origin.String(), Mode: wv.Mode.String(),
+			BlockSize: wv.BlockSize, DPStart: wv.DPStart, DPSize: wv.DPSize, Type: wv.Capability.Type.String(),
+			CanConsume: wv.Capability.CanConsume, Placement: wv.Placement.String(), Refusal: wv.Refusal, Trusted: wv.Trusted,
 			Ranks: []rankJSON{}, Owners: []ownerJSON{}}
-		for _, rv := range v.Ranks {
+		for _, rv := range wv.Ranks {
 			rj := rankJSON{DPRank: rv.Rank, Endpoint: rv.Endpoint, Ready: rv.Ready, Blocks: blocksOf(rv.Blocks),
 				InFlight: loadJSON{rv.Load.PrefillTokens, rv.Load.DecodeBlocks, rv.Load.Requests}}
 			if e := rv.Engine; e != nil {
@@ -239,7 +263,7 @@ func (s *Server) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 			}
 			wj.Ranks = append(wj.Ranks, rj)
 		}
-		for _, o := range v.Owners {
+		for _, o := range wv.Owners {
 			wj.Owners = append(wj.Owners, ownerOf(o))
 		}
 		out.Workers = append(out.Workers, wj)
@@ -247,5 +271,5 @@ func (s *Server) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 	for _, o := range detached {
 		out.DetachedOwners = append(out.DetachedOwners, ownerOf(o))
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, out)
 }

@@ -1,16 +1,49 @@
-package gateway
+package direct
 
 import (
+	"io"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
 )
+
+const testBS = 4
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// prompt returns blocks full blocks of token ids.
+func prompt(base uint32, blocks int) []uint32 {
+	out := make([]uint32, blocks*testBS)
+	for i := range out {
+		out[i] = base + uint32(i)
+	}
+	return out
+}
+
+// engineHashes are SGLang's page hashes: what a real engine would send.
+func engineHashes(toks []uint32, salt string) []uint64 {
+	return kvhash.SGLangPageHashes(toks, testBS, salt)
+}
+
+func stored(toks []uint32, tier kvevents.Tier, medium string) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.KindStored, BlockHashes: engineHashes(toks, ""), TokenIDs: toks, BlockSize: testBS,
+		Tier: tier, Medium: medium}
+}
+
+func removed(hashes []uint64) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.KindRemoved, BlockHashes: hashes, Tier: kvevents.TierDevice}
+}
 
 // newIngest is the direct event ingest of one worker, a vLLM one unless
 // keys (more --worker keys) say otherwise, into a router of its own, and a
@@ -34,7 +67,7 @@ func newIngest(t *testing.T, keys string) (*ingest, func(toks []uint32, salt str
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := newEngineIngest(spec, sink, NewMetrics(r.Stats), quiet(), time.Now)
+	in := newEngineIngest(spec, sink, NewMetrics(prometheus.NewRegistry()), quiet(), time.Now)
 	in.setReady(0, true)
 	held := func(toks []uint32, salt string) int {
 		d, err := r.Decide(router.Request{Model: "m", Tokens: toks, Salt: salt})
@@ -65,23 +98,11 @@ func batchOn(t *testing.T, topic string, evs ...kvevents.Event) kvstream.Message
 // dropped is the ingest's count of events dropped for reason.
 func (in *ingest) dropped(t *testing.T, reason string) float64 {
 	t.Helper()
-	mfs, err := in.m.reg.Gather()
-	if err != nil {
+	var m dto.Metric
+	if err := in.m.eventDropped.WithLabelValues(reason).Write(&m); err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "kvrouter_events_dropped_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return m.GetCounter().GetValue()
 }
 
 // TestIngestHybridGroups: a hybrid model's groups share block hashes, and

@@ -1,9 +1,4 @@
-// Package gateway is kvrouter's front door and the services around the
-// decision core: the OpenAI-compatible HTTP API and its proxying to the
-// chosen worker, tokenization, the ingest of workers (discovery and agent
-// relays, engine KV events over ZMQ, engine metrics), load sharing between
-// router replicas, metrics and the operator views.
-package gateway
+package frontdoor
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package gateway
+package frontdoor
 
 import (
 	"bytes"
@@ -77,17 +77,12 @@ func (s *Server) warnEvery(kind, msg string, args ...any) {
 // DefaultMaxBody bounds request bodies unless Server.MaxBody says otherwise.
 const DefaultMaxBody = 32 << 20
 
-// Handler routes the front door, the metrics and the operator views.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+// Mount routes the front door on mux: the OpenAI API and /healthz.
+func (s *Server) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/completions", s.inference(KindCompletion))
 	mux.HandleFunc("POST /v1/chat/completions", s.inference(KindChat))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /metrics", s.Metrics.Handler())
-	mux.HandleFunc("GET /debug/workers", s.debugWorkers)
-	mux.HandleFunc("POST /debug/route", s.debugRoute)
-	return mux
 }
 
 // apiError is an error for a client, OpenAI-style.

@@ -1,146 +1,24 @@
-package gateway
+package frontdoor
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
-	"time"
 
-	"kvrouter/internal/hints"
-	"kvrouter/internal/router"
-	"kvrouter/internal/schedule"
 	"kvrouter/internal/tokenizer"
 )
 
-func TestParseWorkerSpec(t *testing.T) {
-	sg := hints.PlaceSGLangOld
-	tests := []struct {
-		in   string
-		err  string
-		want WorkerSpec
-	}{
-		{in: "url=http://10.0.0.5:8000", want: WorkerSpec{ID: "10.0.0.5:8000", URL: "http://10.0.0.5:8000", BlockSize: 16, DP: 1, TP: 1, Engine: "vllm"}},
-		{in: "url=http://h:1/,events=tcp://h:5557,replay=tcp://h:5558,block_size=64,dp=2,tp=4,type=decode,id=w1,model=m,engine=sglang,hint=sglang-old",
-			want: WorkerSpec{ID: "w1", URL: "http://h:1", Events: "tcp://h:5557", Replay: "tcp://h:5558", BlockSize: 64, DP: 2, TP: 4,
-				Type: hints.TypeDecode, Model: "m", Engine: "sglang", Placement: &sg}},
-		{in: "events=tcp://h:1", err: "url: want http://HOST:PORT"},
-		{in: "url=ftp://h:1", err: "url: want"},
-		{in: "url=http://h:1,events=tcp://*:5557", err: "events=tcp://*:5557: the engine binds there"},
-		{in: "url=http://h:1,replay=tcp://h:2", err: "replay needs events"},
-		{in: "url=http://h:1,dp=0", err: "dp: \"0\": want a positive integer"},
-		{in: "url=http://h:1,engine=sglang,tp=0", err: "tp: \"0\": want a positive integer"},
-		{in: "url=http://h:1,tp=2", err: "tp=2: engine=vllm reports one runner inventory"},
-		{in: "url=http://h:1,block_size=x", err: "block_size"},
-		{in: "url=http://h:1,type=both", err: "type"},
-		{in: "url=http://h:1,engine=tgi", err: "engine"},
-		{in: "url=http://h:1,hint=kvcr", err: "hint"},
-		{in: "url=http://h:1,color=red", err: "unknown key"},
-		{in: "url=http://h:1,url=http://h:2", err: "url given twice"},
-		{in: "url", err: "want key=value"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := ParseWorkerSpec(tc.in)
-			if tc.err != "" {
-				if !errors.Is(err, ErrWorkerFlag) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err = %v, want one containing %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil || !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("got %+v (%v)\nwant %+v", got, err, tc.want)
-			}
-		})
-	}
-	s, _ := ParseWorkerSpec("url=https://example.com")
-	if s.HostPort() != "example.com:443" {
-		t.Fatalf("host:port %q", s.HostPort())
-	}
-	w := s.Worker("m", true)
-	if w.Mode != router.ModeEvents || w.Owners[0] != FlagOwner("example.com", 0) || w.Capability.CanConsume {
-		t.Fatalf("worker %+v", w)
-	}
-	if w := s.Worker("m", false); w.Mode != router.ModeApproximate || w.Owners != nil {
-		t.Fatalf("approximate worker %+v", w)
-	}
-}
-
-// TestParseEngineMetrics reads testdata/enginemetrics/NAME.prom and
-// compares with NAME.json.
-func TestParseEngineMetrics(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "enginemetrics", "*.prom"))
-	if len(files) == 0 {
-		t.Fatal("no cases")
-	}
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".prom")
-		t.Run(name, func(t *testing.T) {
-			text, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, err := os.ReadFile(strings.TrimSuffix(f, ".prom") + ".json")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var tc struct {
-				Worker router.Worker
-				Want   map[string]router.EngineLoad
-			}
-			if err := json.Unmarshal(raw, &tc); err != nil {
-				t.Fatal(err)
-			}
-			want := map[int]router.EngineLoad{}
-			for k, v := range tc.Want {
-				r, _ := strconv.Atoi(k)
-				want[r] = v
-			}
-			if got := ParseEngineMetrics(text, tc.Worker); !reflect.DeepEqual(got, want) {
-				t.Fatalf("got  %+v\nwant %+v", got, want)
-			}
-		})
-	}
-}
-
-func TestPeerBook(t *testing.T) {
-	load := schedule.NewLoad()
-	b := newPeerBook(load, 10*time.Second)
-	t0 := time.Unix(0, 0)
-	r := schedule.Rank{Worker: "w", DP: 1}
-	steps := []struct {
-		msg  loadMsg
-		at   time.Duration
-		want schedule.RankLoad
-	}{
-		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, schedule.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
-		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, schedule.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
-		{loadMsg{Replica: "p", Op: opStart, ID: "p/2", Worker: "w", Rank: 1, Prefill: 50, Blocks: 2}, 0, schedule.RankLoad{PrefillTokens: 150, DecodeBlocks: 6, Requests: 2}},
-		{loadMsg{Replica: "p", Op: opFirst, ID: "p/1"}, time.Second, schedule.RankLoad{PrefillTokens: 50, DecodeBlocks: 6, Requests: 2}},
-		{loadMsg{Replica: "p", Op: opFinish, ID: "p/1"}, time.Second, schedule.RankLoad{PrefillTokens: 50, DecodeBlocks: 2, Requests: 1}},
-		{loadMsg{Replica: "q", Op: opStart, ID: "q/1", Worker: "w", Rank: 1, Prefill: 10, Blocks: 1}, 5 * time.Second, schedule.RankLoad{PrefillTokens: 60, DecodeBlocks: 3, Requests: 2}},
-		// p's heartbeat no longer lists p/2: its finish was lost.
-		{loadMsg{Replica: "p", Op: opAlive, IDs: nil}, 6 * time.Second, schedule.RankLoad{PrefillTokens: 10, DecodeBlocks: 1, Requests: 1}},
-	}
-	for i, s := range steps {
-		b.apply(s.msg, t0.Add(s.at))
-		if got := load.Of(r); got != s.want {
-			t.Fatalf("step %d: %+v, want %+v", i, got, s.want)
-		}
-	}
-	if gone := b.expire(t0.Add(14 * time.Second)); len(gone) != 0 {
-		t.Fatalf("expired early: %v", gone)
-	}
-	if gone := b.expire(t0.Add(15 * time.Second)); !reflect.DeepEqual(gone, []string{"q"}) || load.Of(r) != (schedule.RankLoad{}) {
-		t.Fatalf("expire: %v, load %+v", gone, load.Of(r))
-	}
-}
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestRelaySSE(t *testing.T) {
 	long := strings.Repeat("x", 100<<10)
@@ -200,24 +78,40 @@ func TestLRU(t *testing.T) {
 
 // TestEngineTokenizer asks a worker's /tokenize once per distinct request.
 func TestEngineTokenizer(t *testing.T) {
-	e := newEngine(t, testModel)
-	tok := NewEngine(NewClient(), func(string) []string { return []string{"http://127.0.0.1:1", e.url()} }, 8)
+	var asked atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		var b struct {
+			Prompt string `json:"prompt"`
+		}
+		json.NewDecoder(r.Body).Decode(&b)
+		// One token per byte, offset so ids are not ASCII by accident.
+		toks := make([]uint32, len(b.Prompt))
+		for i := range b.Prompt {
+			toks[i] = 1000 + uint32(b.Prompt[i])
+		}
+		json.NewEncoder(w).Encode(map[string]any{"tokens": toks, "count": len(toks)})
+	})
+	e := httptest.NewServer(mux)
+	t.Cleanup(e.Close)
+	tok := NewEngine(&http.Client{}, func(string) []string { return []string{"http://127.0.0.1:1", e.URL} }, 8)
 	ctx := context.Background()
-	req := &Request{Kind: KindCompletion, Model: testModel, Prompt: "ab"}
+	req := &Request{Kind: KindCompletion, Model: "demo", Prompt: "ab"}
 	for range 3 {
 		got, err := tok.Tokenize(ctx, req)
 		if err != nil || !reflect.DeepEqual(got, []uint32{1000 + 'a', 1000 + 'b'}) {
 			t.Fatalf("%v %v", got, err)
 		}
 	}
-	if n := e.tokenize.Load(); n != 1 {
+	if n := asked.Load(); n != 1 {
 		t.Fatalf("engine asked %d times", n)
 	}
-	ids := &Request{Kind: KindCompletion, Model: testModel, Tokens: []uint32{5}, HasTokens: true}
-	if got, _ := tok.Tokenize(ctx, ids); !reflect.DeepEqual(got, []uint32{5}) || e.tokenize.Load() != 1 {
+	ids := &Request{Kind: KindCompletion, Model: "demo", Tokens: []uint32{5}, HasTokens: true}
+	if got, _ := tok.Tokenize(ctx, ids); !reflect.DeepEqual(got, []uint32{5}) || asked.Load() != 1 {
 		t.Fatalf("token ids: %v", got)
 	}
-	dead := NewEngine(NewClient(), func(string) []string { return []string{"http://127.0.0.1:1"} }, 8)
+	dead := NewEngine(&http.Client{}, func(string) []string { return []string{"http://127.0.0.1:1"} }, 8)
 	if _, err := dead.Tokenize(ctx, req); !errors.Is(err, ErrTokenize) {
 		t.Fatalf("no engine: %v", err)
 	}

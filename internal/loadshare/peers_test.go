@@ -1,18 +1,23 @@
-package gateway
+package loadshare
 
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"kvrouter/internal/bus"
-	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
 )
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // TestPeersShareLoad: two replicas on one NATS see each other's requests
 // start and end, batched, and neither counts its own twice.
@@ -114,10 +119,43 @@ func peerBus(t *testing.T) (*bus.Bus, func(name string, every time.Duration) *Pe
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	m := NewMetrics(func() router.Stats { return router.Stats{} })
+	m := NewMetrics(prometheus.NewRegistry())
 	return b, func(name string, every time.Duration) *Peers {
 		p := NewPeers(b.Conn, name, schedule.NewLoad(), every, time.Minute, m, quiet(), time.Now)
 		go p.Run(ctx)
 		return p
+	}
+}
+
+func TestPeerBook(t *testing.T) {
+	load := schedule.NewLoad()
+	b := newPeerBook(load, 10*time.Second)
+	t0 := time.Unix(0, 0)
+	r := schedule.Rank{Worker: "w", DP: 1}
+	steps := []struct {
+		msg  loadMsg
+		at   time.Duration
+		want schedule.RankLoad
+	}{
+		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, schedule.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
+		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, schedule.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
+		{loadMsg{Replica: "p", Op: opStart, ID: "p/2", Worker: "w", Rank: 1, Prefill: 50, Blocks: 2}, 0, schedule.RankLoad{PrefillTokens: 150, DecodeBlocks: 6, Requests: 2}},
+		{loadMsg{Replica: "p", Op: opFirst, ID: "p/1"}, time.Second, schedule.RankLoad{PrefillTokens: 50, DecodeBlocks: 6, Requests: 2}},
+		{loadMsg{Replica: "p", Op: opFinish, ID: "p/1"}, time.Second, schedule.RankLoad{PrefillTokens: 50, DecodeBlocks: 2, Requests: 1}},
+		{loadMsg{Replica: "q", Op: opStart, ID: "q/1", Worker: "w", Rank: 1, Prefill: 10, Blocks: 1}, 5 * time.Second, schedule.RankLoad{PrefillTokens: 60, DecodeBlocks: 3, Requests: 2}},
+		// p's heartbeat no longer lists p/2: its finish was lost.
+		{loadMsg{Replica: "p", Op: opAlive, IDs: nil}, 6 * time.Second, schedule.RankLoad{PrefillTokens: 10, DecodeBlocks: 1, Requests: 1}},
+	}
+	for i, s := range steps {
+		b.apply(s.msg, t0.Add(s.at))
+		if got := load.Of(r); got != s.want {
+			t.Fatalf("step %d: %+v, want %+v", i, got, s.want)
+		}
+	}
+	if gone := b.expire(t0.Add(14 * time.Second)); len(gone) != 0 {
+		t.Fatalf("expired early: %v", gone)
+	}
+	if gone := b.expire(t0.Add(15 * time.Second)); !reflect.DeepEqual(gone, []string{"q"}) || load.Of(r) != (schedule.RankLoad{}) {
+		t.Fatalf("expire: %v, load %+v", gone, load.Of(r))
 	}
 }

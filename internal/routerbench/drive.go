@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"kvrouter/internal/gateway"
+	"kvrouter/internal/frontdoor"
 )
 
 // phase is what one closed-loop run saw.
@@ -84,10 +84,10 @@ func run(ctx context.Context, addr string, reqs [][]byte, conc int, d time.Durat
 type traces struct {
 	on bool // set before the measured phase starts, read after it ends
 	mu sync.Mutex
-	t  []gateway.Timing
+	t  []frontdoor.Timing
 }
 
-func (tr *traces) add(t gateway.Timing) {
+func (tr *traces) add(t frontdoor.Timing) {
 	tr.mu.Lock()
 	if tr.on {
 		tr.t = append(tr.t, t)
@@ -95,7 +95,7 @@ func (tr *traces) add(t gateway.Timing) {
 	tr.mu.Unlock()
 }
 
-func (tr *traces) set(on bool) []gateway.Timing {
+func (tr *traces) set(on bool) []frontdoor.Timing {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.on = on

@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"kvrouter/internal/discovery"
-	"kvrouter/internal/gateway"
 	"kvrouter/internal/index"
 	"kvrouter/internal/relay"
+	"kvrouter/internal/serve"
 )
 
 // model is the one model the bench fleet serves.
@@ -106,7 +106,7 @@ var errNotInStep = errors.New("the router did not take in the fleet")
 
 // waitInStep waits until the router knows every source, each ready (its
 // snapshot applied) and trusted (the discovery watch in step).
-func waitInStep(ctx context.Context, g *gateway.Gateway, sources int, limit time.Duration) error {
+func waitInStep(ctx context.Context, g *serve.Service, sources int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		st := g.Router.Stats()

@@ -3,7 +3,7 @@
 // that costs, with a fleet of worker ranks registered through discovery and
 // their caches relayed over the event plane as state agents do.
 //
-// Everything runs in one process: the router (gateway.Start, with its
+// Everything runs in one process: the router (serve.Start, with its
 // embedded NATS), the agents, a null engine that answers every completion
 // at once, and a closed-loop HTTP client. They share the machine's cores, so
 // a second phase drives the same client straight at the null engine to
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"kvrouter/internal/discovery"
-	"kvrouter/internal/gateway"
+	"kvrouter/internal/serve"
 )
 
 // ErrConfig marks a configuration that cannot run; the message names the
@@ -123,9 +123,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	var tr traces
 	reg := discovery.NewMemory(time.Hour, time.Now)
-	o := gateway.Defaults()
+	o := serve.Defaults()
 	o.Listen, o.NATSListen, o.Registry, o.Log, o.Trace = "127.0.0.1:0", "127.0.0.1:0", reg, discard, tr.add
-	g, err := gateway.Start(ctx, o)
+	g, err := serve.Start(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("starting the router: %w", err)
 	}

@@ -1,14 +1,12 @@
-package gateway
+package serve
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"kvrouter/internal/discovery"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
 )
@@ -32,7 +30,7 @@ func TestLongestPrefixAndHint(t *testing.T) {
 	waitWorkers(t, g, 2)
 
 	body := completionBody(toks, `,"kv_hints":{"protocol_version":"0.1","actions":[{"action_type":"kv.fetch","payload":{"source_control_endpoint":"tcp://evil:1","block_hashes":[1]}}]}`)
-	var r routeJSON
+	var r routeView
 	eventually(t, "the hint from b's runner", func() bool {
 		r = g.route(t, body)
 		return r.Target.WorkerID == "a" && string(r.Hint) != "null"
@@ -99,7 +97,7 @@ func TestHintFailsClosed(t *testing.T) {
 			body := completionBody(toks, `,"cache_salt":"`+tc.salt+`"`)
 			// b's own runner would draw the request to b; the target is
 			// forced to a to look at a's hint.
-			var r routeJSON
+			var r routeView
 			eventually(t, "the inventory", func() bool {
 				r = g.routeTo(t, body, "a")
 				return r.HintDecision.Reason == tc.reason
@@ -125,7 +123,7 @@ func TestRemovalAndLateRouter(t *testing.T) {
 	g := h.router(nil) // late: everything above came before it
 	waitWorkers(t, g, 2)
 	body := completionBody(toks, "")
-	var r routeJSON
+	var r routeView
 	eventually(t, "the initial inventory", func() bool {
 		r = g.route(t, body)
 		return r.OverlapBlocks == 7
@@ -140,7 +138,7 @@ func TestRemovalAndLateRouter(t *testing.T) {
 	}
 	g2 := h.router(func(o *Options) { o.AllowTargetOverride = true })
 	waitWorkers(t, g2, 2)
-	var forced routeJSON
+	var forced routeView
 	eventually(t, "the forced route's hint", func() bool {
 		forced = g2.routeTo(t, body, "a")
 		return forced.Target.WorkerID == "a" && string(forced.Hint) != "null"
@@ -181,7 +179,7 @@ func TestWorkerLeaves(t *testing.T) {
 	}
 	wantHint(t, r, endpointOf("b"), engineHashes(toks, ""))
 	var workers struct {
-		Detached []ownerJSON `json:"detached_owners"`
+		Detached []ownerView `json:"detached_owners"`
 	}
 	json.Unmarshal(get(t, g.url()+"/debug/workers"), &workers)
 	if len(workers.Detached) != 1 || workers.Detached[0].ID != ownerID("b") || !workers.Detached[0].Detached {
@@ -206,45 +204,4 @@ func TestWorkerLeaves(t *testing.T) {
 		t.Fatalf("models after every lease expired: %+v", models)
 	}
 	_ = c
-}
-
-// TestDiscoveryRewatch: after a lost watch the router trusts no agent's
-// source until a new watch is in step, and drops workers the new watch no
-// longer lists (they left unseen).
-func TestDiscoveryRewatch(t *testing.T) {
-	h := newHarness(t)
-	g := h.router(nil)
-	// The router's own watch (of an empty registry) must be in step first,
-	// or its initial sync would drop what this test feeds.
-	eventually(t, "the router's own watch", func() bool { return g.Router.Stats().DiscoveryLive })
-	d := &Discovery{Router: g.Router, NC: h.bus.Conn, Metrics: g.Metrics, Log: quiet(), Now: h.clock.Now,
-		followers: map[string]*follower{}, refused: map[string]string{}}
-	reg := func(id string) discovery.Worker {
-		return discovery.Worker{ID: id, Model: "other", URL: "http://" + id, BlockSize: 4, DPSize: 1}
-	}
-	feed := func(cs ...discovery.Change) {
-		ch := make(chan discovery.Change, len(cs))
-		for _, c := range cs {
-			ch <- c
-		}
-		close(ch)
-		d.watch(context.Background(), ch)
-	}
-	feed(discovery.Change{Op: discovery.OpPut, ID: "x", Worker: reg("x")}, discovery.Change{Op: discovery.OpPut, ID: "y", Worker: reg("y")},
-		discovery.Change{Op: discovery.OpSynced})
-	if _, ok := g.Router.Worker("y"); !ok || !g.Router.Stats().DiscoveryLive {
-		t.Fatal("first watch not applied")
-	}
-	g.Router.SetDiscoveryLive(false) // what Run does when a watch ends
-	feed(discovery.Change{Op: discovery.OpPut, ID: "x", Worker: reg("x")})
-	if g.Router.Stats().DiscoveryLive {
-		t.Fatal("live before the new watch is in step")
-	}
-	feed(discovery.Change{Op: discovery.OpPut, ID: "x", Worker: reg("x")}, discovery.Change{Op: discovery.OpSynced})
-	if _, ok := g.Router.Worker("y"); ok {
-		t.Fatal("a worker that left while the watch was down is still routed to")
-	}
-	if _, ok := g.Router.Worker("x"); !ok || !g.Router.Stats().DiscoveryLive {
-		t.Fatal("rewatch not applied")
-	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package serve
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"kvrouter/internal/bus"
+	"kvrouter/internal/direct"
 	"kvrouter/internal/discovery"
 )
 
@@ -24,7 +25,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	o := Defaults()
 	o.Listen, o.Bus, o.Log = "127.0.0.1:0", b, quiet()
 	o.Registry = discovery.NewMemory(time.Second, nil)
-	o.Workers = []WorkerSpec{spec(t, e, ",events="+freeTCP(t))}
+	o.Workers = []direct.WorkerSpec{spec(t, e, ",events="+freeTCP(t))}
 	o.EventsBind = freeTCP(t)
 	o.EngineMetricsInterval = 10 * time.Millisecond
 	g, err := Start(context.Background(), o)

@@ -1,4 +1,4 @@
-package gateway
+package serve
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/direct"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 )
@@ -88,12 +89,12 @@ func TestEngineEventsConnect(t *testing.T) {
 			}
 			events := "tcp://127.0.0.1:" + strconv.Itoa(base)
 			g := h.router(func(o *Options) {
-				o.Workers = []WorkerSpec{spec(t, e, ",dp=2,events="+events)}
+				o.Workers = []direct.WorkerSpec{spec(t, e, ",dp=2,events="+events)}
 			})
 			waitWorkers(t, g, 1)
 			toks := prompt(40, 5)
 			body := completionBody(toks, "")
-			var r routeJSON
+			var r routeView
 			// ZMQ drops what is published before the subscription is
 			// connected: publish until it shows.
 			eventually(t, "rank 1's stores", func() bool {
@@ -122,7 +123,7 @@ func TestEngineEventsConnect(t *testing.T) {
 				}
 			}
 			var ws struct {
-				Workers []workerJSON `json:"workers"`
+				Workers []workerView `json:"workers"`
 			}
 			json.Unmarshal(get(t, g.url()+"/debug/workers"), &ws)
 			if len(ws.Workers) != 1 || ws.Workers[0].Mode != "events" || !ws.Workers[0].Ranks[1].Ready {
@@ -140,7 +141,7 @@ func TestEngineEventsBind(t *testing.T) {
 	e := newEngine(t, testModel)
 	bind := freeTCP(t)
 	g := h.router(func(o *Options) {
-		o.Workers = []WorkerSpec{spec(t, e, "")}
+		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
 		o.EventsBind = bind
 	})
 	waitWorkers(t, g, 1)

@@ -1,4 +1,4 @@
-package gateway
+package serve
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +23,63 @@ import (
 	"kvrouter/internal/kvhash"
 	"kvrouter/internal/relay"
 )
+
+// Header names the tests pin: what clients and engines rely on.
+const (
+	headerTarget     = "x-kvrouter-target"
+	headerWorker     = "x-kvrouter-worker"
+	headerDPRank     = "x-kvrouter-dp-rank"
+	headerVLLMDPRank = "X-data-parallel-rank"
+	headerRequestID  = "X-Request-Id"
+)
+
+// routeView is the part of POST /debug/route the tests read.
+type routeView struct {
+	Target struct {
+		WorkerID string `json:"worker_id"`
+		DPRank   int    `json:"dp_rank"`
+	} `json:"target"`
+	Candidates []struct {
+		WorkerID       string `json:"worker_id"`
+		DeviceOverlap  int    `json:"device_overlap"`
+		HostOverlap    int    `json:"host_overlap"`
+		ActiveRequests int    `json:"active_requests"`
+	} `json:"candidates"`
+	Hint         json.RawMessage `json:"hint"`
+	HintDecision struct {
+		Reason string `json:"reason"`
+		Source *struct {
+			Owner string `json:"owner"`
+		} `json:"source"`
+		Reach int `json:"reach"`
+	} `json:"hint_decision"`
+	Tokens        int `json:"tokens"`
+	Blocks        int `json:"blocks"`
+	OverlapBlocks int `json:"overlap_blocks"`
+}
+
+// workerView is the part of a GET /debug/workers worker the tests read.
+type workerView struct {
+	Mode       string `json:"mode"`
+	Origin     string `json:"origin"`
+	Engine     string `json:"engine"`
+	BlockSize  int    `json:"block_size"`
+	Type       string `json:"type"`
+	CanConsume bool   `json:"can_consume_hints"`
+	Placement  string `json:"placement"`
+	Ranks      []struct {
+		DPRank int            `json:"dp_rank"`
+		Ready  bool           `json:"ready"`
+		Blocks map[string]int `json:"blocks"`
+	} `json:"ranks"`
+}
+
+// ownerView is the part of a GET /debug/workers cache owner the tests
+// read.
+type ownerView struct {
+	ID       string `json:"id"`
+	Detached bool   `json:"detached"`
+}
 
 // waitLimit is a safety net against hangs, not a timing assertion.
 const waitLimit = 10 * time.Second
@@ -86,7 +142,6 @@ type engine struct {
 	peer     int // usage.kvrouter.peer_restored_tokens to report
 	hold     chan struct{}
 	canceled chan struct{}
-	tokenize atomic.Int64
 }
 
 func newEngine(t testing.TB, model string) *engine {
@@ -97,19 +152,6 @@ func newEngine(t testing.TB, model string) *engine {
 	})
 	mux.HandleFunc("POST /v1/completions", e.complete)
 	mux.HandleFunc("POST /v1/chat/completions", e.complete)
-	mux.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
-		e.tokenize.Add(1)
-		var b struct {
-			Prompt string `json:"prompt"`
-		}
-		json.NewDecoder(r.Body).Decode(&b)
-		// One token per byte, offset so ids are not ASCII by accident.
-		toks := make([]uint32, len(b.Prompt))
-		for i := range b.Prompt {
-			toks[i] = 1000 + uint32(b.Prompt[i])
-		}
-		json.NewEncoder(w).Encode(map[string]any{"tokens": toks, "count": len(toks)})
-	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -199,7 +241,7 @@ func newHarness(t *testing.T) *harness {
 }
 
 // router starts a replica; edit adjusts its options.
-func (h *harness) router(edit func(*Options)) *Gateway {
+func (h *harness) router(edit func(*Options)) *Service {
 	h.t.Helper()
 	o := Defaults()
 	o.Listen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
@@ -216,7 +258,7 @@ func (h *harness) router(edit func(*Options)) *Gateway {
 	return g
 }
 
-func (g *Gateway) url() string { return "http://" + g.Addr }
+func (g *Service) url() string { return "http://" + g.Addr }
 
 // post sends body to path and returns the status, headers and body.
 func post(t testing.TB, url, path string, body string, hdr ...string) (int, http.Header, []byte) {
@@ -251,13 +293,13 @@ func get(t testing.TB, url string) []byte {
 	return b
 }
 
-func (g *Gateway) route(t testing.TB, body string) routeJSON {
+func (g *Service) route(t testing.TB, body string) routeView {
 	t.Helper()
 	status, _, b := post(t, g.url(), "/debug/route", body)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}
-	var out routeJSON
+	var out routeView
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}
@@ -266,13 +308,13 @@ func (g *Gateway) route(t testing.TB, body string) routeJSON {
 
 // routeTo asks for the decision with the target forced (the router must
 // allow it), to look at hints for a given target.
-func (g *Gateway) routeTo(t testing.TB, body, target string) routeJSON {
+func (g *Service) routeTo(t testing.TB, body, target string) routeView {
 	t.Helper()
 	status, _, b := post(t, g.url(), "/debug/route", body, headerTarget, target)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}
-	var out routeJSON
+	var out routeView
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}
@@ -397,7 +439,7 @@ func (a *agent) leave() {
 }
 
 // wantHint checks the hint a route shows.
-func wantHint(t testing.TB, r routeJSON, endpoint string, hashes []uint64) {
+func wantHint(t testing.TB, r routeView, endpoint string, hashes []uint64) {
 	t.Helper()
 	if string(r.Hint) == "null" {
 		t.Fatalf("no hint: %+v", r.HintDecision)

@@ -1,4 +1,4 @@
-package gateway
+package serve
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/direct"
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
 	"kvrouter/internal/tokenizer"
@@ -19,16 +21,16 @@ import (
 
 // spec is a --worker for an engine, in approximate mode unless given
 // events.
-func spec(t testing.TB, e *engine, extra string) WorkerSpec {
+func spec(t testing.TB, e *engine, extra string) direct.WorkerSpec {
 	t.Helper()
-	s, err := ParseWorkerSpec("url=" + e.url() + ",block_size=4" + extra)
+	s, err := direct.ParseWorkerSpec("url=" + e.url() + ",block_size=4" + extra)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func waitWorkers(t testing.TB, g *Gateway, n int) {
+func waitWorkers(t testing.TB, g *Service, n int) {
 	t.Helper()
 	eventually(t, "workers to register", func() bool { return len(g.Router.AllWorkers()) == n })
 }
@@ -40,7 +42,7 @@ func TestStreamPassThrough(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
 	e.cached, e.peer = 8, 4
-	g := h.router(func(o *Options) { o.Workers = []WorkerSpec{spec(t, e, "")} })
+	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
 	waitWorkers(t, g, 1)
 	for _, tc := range []struct {
 		extra     string
@@ -81,7 +83,7 @@ func TestStreamCancellation(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
 	e.hold = make(chan struct{})
-	g := h.router(func(o *Options) { o.Workers = []WorkerSpec{spec(t, e, "")} })
+	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
 	waitWorkers(t, g, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.url()+"/v1/completions",
@@ -120,7 +122,7 @@ func TestRetryOnRefused(t *testing.T) {
 	live, dead := newEngine(t, testModel), newEngine(t, testModel)
 	deadSpec := spec(t, dead, ",model="+testModel)
 	dead.srv.Close()
-	g := h.router(func(o *Options) { o.Workers = []WorkerSpec{spec(t, live, ""), deadSpec} })
+	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, live, ""), deadSpec} })
 	waitWorkers(t, g, 2)
 	// Make the dead worker the cheaper one.
 	g.Router.Load().Start("busy", rankOf(live), 1e5, 0)
@@ -136,7 +138,7 @@ func TestRetryOnRefused(t *testing.T) {
 		t.Fatal("upstream resends not exported")
 	}
 	// Forced onto the dead worker there is no retry.
-	g2 := h.router(func(o *Options) { o.Workers = []WorkerSpec{deadSpec}; o.AllowTargetOverride = true })
+	g2 := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{deadSpec}; o.AllowTargetOverride = true })
 	waitWorkers(t, g2, 1)
 	status, _, body = post(t, g2.url(), "/v1/completions", completionBody(prompt(1, 2), ""), headerTarget, deadSpec.ID)
 	if status != http.StatusBadGateway || !strings.Contains(string(body), "refused") {
@@ -148,7 +150,7 @@ func TestRetryOnRefused(t *testing.T) {
 func TestClientErrors(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
-	g := h.router(func(o *Options) { o.Workers = []WorkerSpec{spec(t, e, "")} })
+	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
 	waitWorkers(t, g, 1)
 	tests := []struct {
 		name   string
@@ -193,13 +195,13 @@ func TestApproximateMode(t *testing.T) {
 	h := newHarness(t)
 	e1, e2, e3 := newEngine(t, testModel), newEngine(t, testModel), newEngine(t, testModel)
 	g := h.router(func(o *Options) {
-		o.Workers = []WorkerSpec{spec(t, e1, ""), spec(t, e2, ""), spec(t, e3, "")}
+		o.Workers = []direct.WorkerSpec{spec(t, e1, ""), spec(t, e2, ""), spec(t, e3, "")}
 	})
 	waitWorkers(t, g, 3)
 	chat := `{"model":"demo","messages":[{"role":"system","content":"You are a careful assistant who answers briefly."},{"role":"user","content":[{"type":"text","text":"Name three rivers of Europe, please."}]}]}`
 	first := g.route(t, chat)
-	want, _ := (&Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}).Tokenize(context.Background(),
-		&Request{Kind: KindChat, AddGenerationPrompt: true, Messages: []tokenizer.Message{
+	want, _ := (&frontdoor.Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}).Tokenize(context.Background(),
+		&frontdoor.Request{Kind: frontdoor.KindChat, AddGenerationPrompt: true, Messages: []tokenizer.Message{
 			{Role: "system", Content: "You are a careful assistant who answers briefly."},
 			{Role: "user", Content: "Name three rivers of Europe, please."}}})
 	if first.OverlapBlocks != 0 || first.Tokens != len(want) || first.Blocks != len(want)/testBS {
@@ -214,7 +216,7 @@ func TestApproximateMode(t *testing.T) {
 		t.Fatalf("after sending: %+v", again)
 	}
 	var ws struct {
-		Workers []workerJSON `json:"workers"`
+		Workers []workerView `json:"workers"`
 	}
 	json.Unmarshal(get(t, g.url()+"/debug/workers"), &ws)
 	for _, w := range ws.Workers {
@@ -228,7 +230,7 @@ func TestApproximateMode(t *testing.T) {
 func TestDebugShapes(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
-	g := h.router(func(o *Options) { o.Workers = []WorkerSpec{spec(t, e, ",type=aggregated,engine=sglang,dp=2")} })
+	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, ",type=aggregated,engine=sglang,dp=2")} })
 	waitWorkers(t, g, 1)
 	keys := func(b []byte) map[string]any {
 		var m map[string]any
@@ -265,7 +267,7 @@ func TestDebugShapes(t *testing.T) {
 	b = get(t, g.url()+"/debug/workers")
 	var ws struct {
 		DiscoveryLive bool         `json:"discovery_live"`
-		Workers       []workerJSON `json:"workers"`
+		Workers       []workerView `json:"workers"`
 	}
 	json.Unmarshal(b, &ws)
 	if len(ws.Workers) != 1 {
@@ -282,45 +284,6 @@ func TestDebugShapes(t *testing.T) {
 	io.Discard.Write(b)
 }
 
-func TestResponseUsage(t *testing.T) {
-	tests := []struct {
-		body         string
-		cached, peer int
-		none         bool
-	}{
-		{body: `{"choices":[{"text":"\"usage\""}],"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":4},"kvrouter":{"peer_restored_tokens":3}}}`, cached: 4, peer: 3},
-		{body: `{"usage":{"prompt_tokens":9}}`},
-		{body: `{"usage":null}`, none: true},
-		{body: `{"choices":[]}`, none: true},
-		{body: `{"usage":{"prompt_tokens":9}`, none: true},
-		{body: `{"usage":{"prompt_tokens":"x"}}`, none: true},
-		{body: `["usage"]`, none: true},
-		{body: `{"usage":{"prompt_tokens":9,"prompt_tokens_details":null,"kvrouter":{"peer_restored_tokens":3}}}`, peer: 3},
-		{body: `{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":1.5}}}`, none: true},
-		{body: `{"usage":{"prompt_tokens":9,"kvrouter":[]}}`, none: true},
-		{body: `{"usage":{"prompt_tokens":7},"usage":{"prompt_tokens":9}}`},
-	}
-	for _, tc := range tests {
-		u := responseUsage([]byte(tc.body))
-		if (u == nil) != tc.none {
-			t.Fatalf("%s: usage %+v, want none: %v", tc.body, u, tc.none)
-		}
-		if u == nil {
-			continue
-		}
-		var cached, peer int
-		if u.Details != nil {
-			cached = u.Details.CachedTokens
-		}
-		if u.KVRouter != nil {
-			peer = u.KVRouter.PeerRestoredTokens
-		}
-		if u.PromptTokens != 9 || cached != tc.cached || peer != tc.peer {
-			t.Errorf("%s: %+v", tc.body, u)
-		}
-	}
-}
-
 // TestPooledBuffers: requests share pooled buffers for their bodies, token
 // ids and forwarded bodies; concurrent requests of every size, streamed or
 // not, each reach the engine exactly as sent plus the members the router
@@ -328,7 +291,7 @@ func TestResponseUsage(t *testing.T) {
 func TestPooledBuffers(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
-	g := h.router(func(o *Options) { o.Workers = []WorkerSpec{spec(t, e, ",engine=sglang,dp=2")} })
+	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, ",engine=sglang,dp=2")} })
 	waitWorkers(t, g, 1)
 	const clients, each = 6, 25
 	var wg sync.WaitGroup
@@ -385,7 +348,7 @@ func TestUpstreamIdleTimeout(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
 	g := h.router(func(o *Options) {
-		o.Workers = []WorkerSpec{spec(t, e, "")}
+		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
 		o.UpstreamIdleTimeout = 1500 * time.Millisecond
 	})
 	if got := g.Server.Upstream.IdleTimeout; got != 1500*time.Millisecond {

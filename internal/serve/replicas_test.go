@@ -1,4 +1,4 @@
-package gateway
+package serve
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func TestReplicasAgree(t *testing.T) {
 	}
 	g1, g2 := h.router(nil), h.router(nil)
 	long := completionBody(append(append([]uint32(nil), shared...), prompt(5000, 3)...), "")
-	for _, g := range []*Gateway{g1, g2} {
+	for _, g := range []*Service{g1, g2} {
 		waitWorkers(t, g, 4)
 		eventually(t, "the inventory", func() bool { return g.route(t, long).OverlapBlocks == 5 })
 	}
@@ -66,7 +66,7 @@ func TestReplicasAgree(t *testing.T) {
 		}
 		done <- err
 	}()
-	active := func(g *Gateway) int {
+	active := func(g *Service) int {
 		for _, c := range g.route(t, long).Candidates {
 			if c.WorkerID == target {
 				return c.ActiveRequests

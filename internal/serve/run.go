@@ -1,7 +1,9 @@
-package gateway
+package serve
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,9 +14,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"kvrouter/internal/admin"
 	"kvrouter/internal/bus"
+	"kvrouter/internal/direct"
 	"kvrouter/internal/discovery"
+	"kvrouter/internal/enginemetrics"
+	"kvrouter/internal/follow"
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/hints"
+	"kvrouter/internal/loadshare"
 	"kvrouter/internal/router"
 	"kvrouter/internal/schedule"
 	"kvrouter/internal/tokenizer"
@@ -48,7 +58,7 @@ type Options struct {
 	Bucket   string
 	Lease    time.Duration
 
-	Workers    []WorkerSpec
+	Workers    []direct.WorkerSpec
 	EventsBind string
 
 	Tokenizer       string // TokenizerDefault, TokenizerEngine or a tokenizer.json path
@@ -89,14 +99,14 @@ type Options struct {
 	Log *slog.Logger
 	// Trace, when set, gets the timing of every request sent to a worker
 	// (Server.Trace); for benchmarks, not a flag.
-	Trace func(Timing)
+	Trace func(frontdoor.Timing)
 }
 
 // Defaults returns the flag defaults.
 func Defaults() Options {
 	return Options{
 		Listen: ":8080", NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
-		Tokenizer: TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
+		Tokenizer: frontdoor.TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
 		Weights:    schedule.DefaultWeights(),
 		HintPolicy: PolicyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
@@ -126,7 +136,7 @@ func (o *Options) Policy() (func(blockSize int) (hints.Policy, error), error) {
 				BlockSize:          bs,
 			}, nil)
 		}
-		if _, err := f(DefaultBlockSize); err != nil {
+		if _, err := f(direct.DefaultBlockSize); err != nil {
 			return nil, fmt.Errorf("%w: --hint-bandwidth-gbps, --hint-setup-ms, --hint-prefill-tokens-per-s and --kv-bytes-per-token must be positive: %v",
 				ErrOptions, err)
 		}
@@ -167,12 +177,12 @@ func (o *Options) check() error {
 }
 
 // NewTokenizer builds the tokenizer --tokenizer names.
-func (o *Options) NewTokenizer(client *http.Client, r *router.Router) (Tokenizer, error) {
-	if o.Tokenizer == TokenizerEngine {
+func (o *Options) NewTokenizer(client *http.Client, r *router.Router) (frontdoor.Tokenizer, error) {
+	if o.Tokenizer == frontdoor.TokenizerEngine {
 		if o.TokenizeCache < 0 {
 			return nil, fmt.Errorf("%w: --tokenize-cache %d must not be negative", ErrOptions, o.TokenizeCache)
 		}
-		return NewEngine(client, func(model string) []string {
+		return frontdoor.NewEngine(client, func(model string) []string {
 			var urls []string
 			for _, w := range r.WorkersOf(model) {
 				urls = append(urls, w.URL)
@@ -180,18 +190,18 @@ func (o *Options) NewTokenizer(client *http.Client, r *router.Router) (Tokenizer
 			return urls
 		}, o.TokenizeCache), nil
 	}
-	tmpl, err := LoadTemplate(o.ChatTemplate, o.TokenizerConfig)
+	tmpl, err := frontdoor.LoadTemplate(o.ChatTemplate, o.TokenizerConfig)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrOptions, err)
 	}
-	if o.Tokenizer == TokenizerDefault || o.Tokenizer == "" {
-		return &Local{Tok: tokenizer.Default(), Template: tmpl}, nil
+	if o.Tokenizer == frontdoor.TokenizerDefault || o.Tokenizer == "" {
+		return &frontdoor.Local{Tok: tokenizer.Default(), Template: tmpl}, nil
 	}
 	tok, err := tokenizer.LoadFile(o.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --tokenizer %s: %v", ErrOptions, o.Tokenizer, err)
 	}
-	return &Local{Tok: tok, Template: tmpl}, nil
+	return &frontdoor.Local{Tok: tok, Template: tmpl}, nil
 }
 
 // NewClient is the HTTP client for what the router asks workers itself
@@ -213,13 +223,12 @@ func NewClient() *http.Client {
 	}}
 }
 
-// Gateway is a running router.
-type Gateway struct {
-	Addr    string // the bound listen address
-	Server  *Server
-	Router  *router.Router
-	Bus     *bus.Bus
-	Metrics *Metrics
+// Service is a running router service.
+type Service struct {
+	Addr   string // the bound listen address
+	Server *frontdoor.Server
+	Router *router.Router
+	Bus    *bus.Bus
 
 	cancel context.CancelFunc
 	http   *http.Server
@@ -230,7 +239,7 @@ type Gateway struct {
 // Start brings a router up: the decision core, NATS (embedded unless
 // --nats), discovery and relay followers, the --worker fleet, engine
 // metrics, load sharing, and the HTTP listener.
-func Start(ctx context.Context, o Options) (*Gateway, error) {
+func Start(ctx context.Context, o Options) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -238,7 +247,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		o.Now = time.Now
 	}
 	if o.Replica == "" {
-		o.Replica = newID()[:8]
+		o.Replica = replicaName()
 	}
 	if err := o.check(); err != nil {
 		return nil, err
@@ -264,7 +273,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{Router: r, Metrics: NewMetrics(r.Stats), Bus: o.Bus}
+	reg := prometheus.NewRegistry()
+	admin.Register(reg, r.Stats)
+	g := &Service{Router: r, Bus: o.Bus}
 	if g.Bus == nil {
 		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log}
 		if o.NATS == "" {
@@ -285,15 +296,15 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", g.Bus.URL)
 		}
 	}
-	fail := func(err error) (*Gateway, error) {
+	fail := func(err error) (*Service, error) {
 		if g.ownBus {
 			g.Bus.Close()
 		}
 		return nil, err
 	}
-	reg := o.Registry
-	if reg == nil {
-		if reg, err = discovery.OpenNATS(ctx, g.Bus.JS, o.Bucket, o.Lease, o.Log); err != nil {
+	registry := o.Registry
+	if registry == nil {
+		if registry, err = discovery.OpenNATS(ctx, g.Bus.JS, o.Bucket, o.Lease, o.Log); err != nil {
 			return fail(fmt.Errorf("discovery (--lease must match the agents'): %w", err))
 		}
 	}
@@ -303,12 +314,14 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	g.Addr = ln.Addr().String()
 
-	peers := NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, g.Metrics, o.Log, o.Now)
+	peers := loadshare.NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
-	g.Metrics.countResends(up)
-	g.Server = &Server{Router: r, Tok: tok, Upstream: up, Metrics: g.Metrics, Log: o.Log, Now: o.Now, Load: peers,
+	g.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace}
-	g.http = &http.Server{Handler: g.Server.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	g.Server.Mount(mux)
+	(&admin.Views{Router: r, Front: g.Server, Gatherer: reg}).Mount(mux)
+	g.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	run := func(f func()) { g.wg.Go(f) }
@@ -319,9 +332,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	})
 	// Agents' registrations are unknown until the first watch is in step.
 	r.SetDiscoveryLive(false)
-	disc := &Discovery{Registry: reg, Router: r, NC: g.Bus.Conn, Metrics: g.Metrics, Log: o.Log, Now: o.Now}
+	disc := &follow.Discovery{Registry: registry, Router: r, NC: g.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now}
 	run(func() { disc.Run(ctx) })
-	fleet := &Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: g.Metrics, Log: o.Log, Now: o.Now}
+	fleet := &direct.Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: direct.NewMetrics(reg), Log: o.Log, Now: o.Now}
 	run(func() { fleet.Run(ctx) })
 	run(func() {
 		if err := peers.Run(ctx); err != nil {
@@ -329,7 +342,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		}
 	})
 	if o.EngineMetricsInterval > 0 {
-		em := &EngineMetrics{Router: r, Client: client, Interval: o.EngineMetricsInterval, Log: o.Log}
+		em := &enginemetrics.EngineMetrics{Router: r, Client: client, Interval: o.EngineMetricsInterval, Log: o.Log}
 		run(func() { em.Run(ctx) })
 	}
 	run(func() { housekeep(ctx, r, o) })
@@ -356,7 +369,7 @@ func housekeep(ctx context.Context, r *router.Router, o Options) {
 }
 
 // Close stops serving and every service, waiting for them.
-func (g *Gateway) Close() error {
+func (g *Service) Close() error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := g.http.Shutdown(sctx)
@@ -383,4 +396,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	<-ctx.Done()
 	return g.Close()
+}
+
+// replicaName picks a random name for a replica not given --replica.
+func replicaName() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -1,9 +1,12 @@
-package gateway
+package serve
 
 import (
 	"net/http"
 	"sync"
 	"testing"
+
+	"kvrouter/internal/direct"
+	"kvrouter/internal/frontdoor"
 )
 
 // TestTrace: every request sent to a worker reports its timing once, and
@@ -12,10 +15,10 @@ func TestTrace(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
 	var mu sync.Mutex
-	var got []Timing
+	var got []frontdoor.Timing
 	g := h.router(func(o *Options) {
-		o.Workers = []WorkerSpec{spec(t, e, "")}
-		o.Trace = func(tm Timing) {
+		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
+		o.Trace = func(tm frontdoor.Timing) {
 			mu.Lock()
 			got = append(got, tm)
 			mu.Unlock()
