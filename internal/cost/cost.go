@@ -1,8 +1,8 @@
-// Package schedule owns the routing decision: the cost of sending a request
-// to each (worker, dp_rank) given its cache overlap and load (SPEC 7), and
-// the choice among them. It is pure: callers supply overlaps, loads and a
-// random source.
-package schedule
+// Package cost is the routing cost: what sending a request to each (worker,
+// dp_rank) costs given its cache overlap and load (SPEC 7), the choice among
+// them, and the in-flight load it weighs. It is pure: callers supply
+// overlaps, loads and a random source.
+package cost
 
 import (
 	"math"

@@ -1,4 +1,4 @@
-package schedule
+package cost
 
 import (
 	"math/rand/v2"

@@ -10,12 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
-	"kvrouter/internal/schedule"
 )
 
 const testBS = 4
@@ -51,7 +51,7 @@ func removed(hashes []uint64) kvevents.Event {
 // rank 0 holds, its runner's included.
 func newIngest(t *testing.T, keys string) (*ingest, func(toks []uint32, salt string) int) {
 	t.Helper()
-	r, err := router.New(router.Config{Weights: schedule.DefaultWeights(),
+	r, err := router.New(router.Config{Weights: cost.DefaultWeights(),
 		Policy: func(int) (hints.Policy, error) { return hints.MinBlocks(1), nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -8,16 +8,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/discovery"
 	"kvrouter/internal/router"
-	"kvrouter/internal/schedule"
 )
 
 // TestDiscoveryRewatch: after a lost watch the router trusts no agent's
 // source until a new watch is in step, and drops workers the new watch no
 // longer lists (they left unseen).
 func TestDiscoveryRewatch(t *testing.T) {
-	r, err := router.New(router.Config{Weights: schedule.DefaultWeights(), NoHints: true})
+	r, err := router.New(router.Config{Weights: cost.DefaultWeights(), NoHints: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,10 @@ import (
 	"strings"
 	"syscall"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/rawjson"
 	"kvrouter/internal/router"
-	"kvrouter/internal/schedule"
 	"kvrouter/internal/upstream"
 )
 
@@ -128,7 +128,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	loadID := s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10)
 	bs := t.Worker.BlockSize
 	prefill := float64(max(0, d.Tokens-d.Overlap*bs))
-	s.Load.Start(loadID, schedule.Rank{Worker: t.Worker.ID, DP: t.Rank}, prefill, float64(d.Blocks))
+	s.Load.Start(loadID, cost.Rank{Worker: t.Worker.ID, DP: t.Rank}, prefill, float64(d.Blocks))
 	defer s.Load.Finish(loadID)
 	// In approximate mode the prompt's blocks are assumed cached from now
 	// on, not from the response: a non-streamed one arrives only when the

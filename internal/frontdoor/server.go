@@ -15,16 +15,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/router"
-	"kvrouter/internal/schedule"
 	"kvrouter/internal/upstream"
 )
 
 // LoadTracker records requests in flight: the router's own load view and,
 // through it, its peer replicas'.
 type LoadTracker interface {
-	Start(id string, r schedule.Rank, prefillTokens, blocks float64)
+	Start(id string, r cost.Rank, prefillTokens, blocks float64)
 	Prefilled(id string)
 	Finish(id string)
 }

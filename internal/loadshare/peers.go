@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"kvrouter/internal/schedule"
+	"kvrouter/internal/cost"
 )
 
 // LoadSubject is where router replicas announce the requests they send.
@@ -42,7 +42,7 @@ type loadMsg struct {
 // peer that stopped announcing, along with everything it had in flight.
 // Pure: the caller passes the time.
 type peerBook struct {
-	load    *schedule.Load
+	load    *cost.Load
 	timeout time.Duration
 
 	mu    sync.Mutex
@@ -55,7 +55,7 @@ type peer struct {
 	reqs map[string]bool
 }
 
-func newPeerBook(load *schedule.Load, timeout time.Duration) *peerBook {
+func newPeerBook(load *cost.Load, timeout time.Duration) *peerBook {
 	return &peerBook{load: load, timeout: timeout, peers: map[string]*peer{}}
 }
 
@@ -74,7 +74,7 @@ func (b *peerBook) apply(m loadMsg, now time.Time) (met bool) {
 	switch m.Op {
 	case opStart:
 		if m.ID != "" && m.Worker != "" {
-			b.load.Start(m.ID, schedule.Rank{Worker: m.Worker, DP: m.Rank}, m.Prefill, m.Blocks)
+			b.load.Start(m.ID, cost.Rank{Worker: m.Worker, DP: m.Rank}, m.Prefill, m.Blocks)
 			p.reqs[m.ID] = true
 		}
 	case opFirst:
@@ -124,7 +124,7 @@ func (b *peerBook) expire(now time.Time) []string {
 type Peers struct {
 	NC      *nats.Conn
 	Replica string
-	Load    *schedule.Load
+	Load    *cost.Load
 	// Every is the heartbeat interval; a peer silent for Timeout is
 	// forgotten.
 	Every, Timeout time.Duration
@@ -157,7 +157,7 @@ const (
 )
 
 // NewPeers returns a tracker that announces on nc (nil: local only).
-func NewPeers(nc *nats.Conn, replica string, load *schedule.Load, every, timeout time.Duration, m *Metrics, log *slog.Logger, now func() time.Time) *Peers {
+func NewPeers(nc *nats.Conn, replica string, load *cost.Load, every, timeout time.Duration, m *Metrics, log *slog.Logger, now func() time.Time) *Peers {
 	own, _ := json.Marshal(loadBatch{Replica: replica}) // {"replica":"…","msgs":null}
 	own = own[:bytes.LastIndexByte(own, ',')+1]
 	return &Peers{NC: nc, Replica: replica, Load: load, Every: every, Timeout: timeout, Metrics: m, Log: log, Now: now,
@@ -166,7 +166,7 @@ func NewPeers(nc *nats.Conn, replica string, load *schedule.Load, every, timeout
 
 // Start, Finish and the heartbeat publish under mu, so that a heartbeat
 // never overtakes a start it does not list.
-func (p *Peers) Start(id string, r schedule.Rank, prefill, blocks float64) {
+func (p *Peers) Start(id string, r cost.Rank, prefill, blocks float64) {
 	p.Load.Start(id, r, prefill, blocks)
 	if p.alone() {
 		// No one to announce it to, nor to list it for in a heartbeat

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"kvrouter/internal/bus"
-	"kvrouter/internal/schedule"
+	"kvrouter/internal/cost"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -25,7 +25,7 @@ func TestPeersShareLoad(t *testing.T) {
 	_, start := peerBus(t)
 	newPeer := func(name string) *Peers { return start(name, 50*time.Millisecond) }
 	a, c := newPeer("a"), newPeer("c")
-	rank := schedule.Rank{Worker: "w", DP: 1}
+	rank := cost.Rank{Worker: "w", DP: 1}
 	want := func(p *Peers, n int) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -73,7 +73,7 @@ func TestLonePeerAnnouncesOnlyHeartbeats(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	a := start("a", 20*time.Millisecond)
-	rank := schedule.Rank{Worker: "w", DP: 0}
+	rank := cost.Rank{Worker: "w", DP: 0}
 	a.Start("a/alone", rank, 100, 4)
 	a.Finish("a/alone")
 	heartbeats := 0
@@ -121,30 +121,30 @@ func peerBus(t *testing.T) (*bus.Bus, func(name string, every time.Duration) *Pe
 	t.Cleanup(cancel)
 	m := NewMetrics(prometheus.NewRegistry())
 	return b, func(name string, every time.Duration) *Peers {
-		p := NewPeers(b.Conn, name, schedule.NewLoad(), every, time.Minute, m, quiet(), time.Now)
+		p := NewPeers(b.Conn, name, cost.NewLoad(), every, time.Minute, m, quiet(), time.Now)
 		go p.Run(ctx)
 		return p
 	}
 }
 
 func TestPeerBook(t *testing.T) {
-	load := schedule.NewLoad()
+	load := cost.NewLoad()
 	b := newPeerBook(load, 10*time.Second)
 	t0 := time.Unix(0, 0)
-	r := schedule.Rank{Worker: "w", DP: 1}
+	r := cost.Rank{Worker: "w", DP: 1}
 	steps := []struct {
 		msg  loadMsg
 		at   time.Duration
-		want schedule.RankLoad
+		want cost.RankLoad
 	}{
-		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, schedule.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
-		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, schedule.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
-		{loadMsg{Replica: "p", Op: opStart, ID: "p/2", Worker: "w", Rank: 1, Prefill: 50, Blocks: 2}, 0, schedule.RankLoad{PrefillTokens: 150, DecodeBlocks: 6, Requests: 2}},
-		{loadMsg{Replica: "p", Op: opFirst, ID: "p/1"}, time.Second, schedule.RankLoad{PrefillTokens: 50, DecodeBlocks: 6, Requests: 2}},
-		{loadMsg{Replica: "p", Op: opFinish, ID: "p/1"}, time.Second, schedule.RankLoad{PrefillTokens: 50, DecodeBlocks: 2, Requests: 1}},
-		{loadMsg{Replica: "q", Op: opStart, ID: "q/1", Worker: "w", Rank: 1, Prefill: 10, Blocks: 1}, 5 * time.Second, schedule.RankLoad{PrefillTokens: 60, DecodeBlocks: 3, Requests: 2}},
+		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, cost.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
+		{loadMsg{Replica: "p", Op: opStart, ID: "p/1", Worker: "w", Rank: 1, Prefill: 100, Blocks: 4}, 0, cost.RankLoad{PrefillTokens: 100, DecodeBlocks: 4, Requests: 1}},
+		{loadMsg{Replica: "p", Op: opStart, ID: "p/2", Worker: "w", Rank: 1, Prefill: 50, Blocks: 2}, 0, cost.RankLoad{PrefillTokens: 150, DecodeBlocks: 6, Requests: 2}},
+		{loadMsg{Replica: "p", Op: opFirst, ID: "p/1"}, time.Second, cost.RankLoad{PrefillTokens: 50, DecodeBlocks: 6, Requests: 2}},
+		{loadMsg{Replica: "p", Op: opFinish, ID: "p/1"}, time.Second, cost.RankLoad{PrefillTokens: 50, DecodeBlocks: 2, Requests: 1}},
+		{loadMsg{Replica: "q", Op: opStart, ID: "q/1", Worker: "w", Rank: 1, Prefill: 10, Blocks: 1}, 5 * time.Second, cost.RankLoad{PrefillTokens: 60, DecodeBlocks: 3, Requests: 2}},
 		// p's heartbeat no longer lists p/2: its finish was lost.
-		{loadMsg{Replica: "p", Op: opAlive, IDs: nil}, 6 * time.Second, schedule.RankLoad{PrefillTokens: 10, DecodeBlocks: 1, Requests: 1}},
+		{loadMsg{Replica: "p", Op: opAlive, IDs: nil}, 6 * time.Second, cost.RankLoad{PrefillTokens: 10, DecodeBlocks: 1, Requests: 1}},
 	}
 	for i, s := range steps {
 		b.apply(s.msg, t0.Add(s.at))
@@ -155,7 +155,7 @@ func TestPeerBook(t *testing.T) {
 	if gone := b.expire(t0.Add(14 * time.Second)); len(gone) != 0 {
 		t.Fatalf("expired early: %v", gone)
 	}
-	if gone := b.expire(t0.Add(15 * time.Second)); !reflect.DeepEqual(gone, []string{"q"}) || load.Of(r) != (schedule.RankLoad{}) {
+	if gone := b.expire(t0.Add(15 * time.Second)); !reflect.DeepEqual(gone, []string{"q"}) || load.Of(r) != (cost.RankLoad{}) {
 		t.Fatalf("expire: %v, load %+v", gone, load.Of(r))
 	}
 }

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/direct"
 	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/router"
-	"kvrouter/internal/schedule"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -113,7 +113,7 @@ func TestStreamCancellation(t *testing.T) {
 	})
 }
 
-func rankOf(e *engine) schedule.Rank { return schedule.Rank{Worker: e.hostPort(), DP: 0} }
+func rankOf(e *engine) cost.Rank { return cost.Rank{Worker: e.hostPort(), DP: 0} }
 
 // TestRetryOnRefused: the first choice refuses the connection; the
 // request goes to the other worker, once.

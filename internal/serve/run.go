@@ -18,6 +18,7 @@ import (
 
 	"kvrouter/internal/admin"
 	"kvrouter/internal/bus"
+	"kvrouter/internal/cost"
 	"kvrouter/internal/direct"
 	"kvrouter/internal/discovery"
 	"kvrouter/internal/enginemetrics"
@@ -26,7 +27,6 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/loadshare"
 	"kvrouter/internal/router"
-	"kvrouter/internal/schedule"
 	"kvrouter/internal/tokenizer"
 	"kvrouter/internal/upstream"
 )
@@ -66,7 +66,7 @@ type Options struct {
 	ChatTemplate    string
 	TokenizerConfig string
 
-	Weights     schedule.Weights
+	Weights     cost.Weights
 	Temperature float64
 	Routing     string // --routing: kv, round-robin, random, least-loaded
 
@@ -107,7 +107,7 @@ func Defaults() Options {
 	return Options{
 		Listen: ":8080", NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: frontdoor.TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
-		Weights:    schedule.DefaultWeights(),
+		Weights:    cost.DefaultWeights(),
 		HintPolicy: PolicyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
@@ -256,9 +256,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	routing := schedule.RoutingKV
+	routing := cost.RoutingKV
 	if o.Routing != "" {
-		if routing, err = schedule.ParseRouting(o.Routing); err != nil {
+		if routing, err = cost.ParseRouting(o.Routing); err != nil {
 			return nil, fmt.Errorf("%w: --routing: %v", ErrOptions, err)
 		}
 	}
