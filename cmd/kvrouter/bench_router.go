@@ -8,14 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvrouter/internal/routerbench"
+	"kvrouter/internal/servebench"
 )
 
 func init() { benchCommands = append(benchCommands, newBenchRouterCmd) }
 
 func newBenchRouterCmd() *cobra.Command {
 	var gcPercent *int
-	cfg := routerbench.DefaultConfig()
+	cfg := servebench.DefaultConfig()
 	var asJSON bool
 	var profile, memProfile string
 	cmd := &cobra.Command{
@@ -62,7 +62,7 @@ The run takes setup time plus --warmup plus twice --duration.`,
 				defer f.Close()
 				*p.w = f
 			}
-			res, err := routerbench.Run(cmd.Context(), cfg)
+			res, err := servebench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

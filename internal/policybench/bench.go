@@ -1,9 +1,10 @@
-// Package routingbench compares routing policies side by side on one local
-// cluster (package cluster): the same engines, reset between policies,
-// the same workload, and only the router's flags changed. It measures what
+// Package policybench compares routing policies side by side on a simulated
+// fleet, `kvrouter bench routing`: one local cluster (package cluster), the
+// same engines, reset between policies, the same workload, and only the
+// router service's flags changed. It measures what
 // KV-aware routing and peer pull hints buy: fewer recomputed prompt tokens
 // and a shorter time to first token.
-package routingbench
+package policybench
 
 import (
 	"context"

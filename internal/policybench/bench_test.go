@@ -1,4 +1,4 @@
-package routingbench
+package policybench
 
 import (
 	"bytes"

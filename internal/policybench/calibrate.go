@@ -1,4 +1,4 @@
-package routingbench
+package policybench
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 )
 
 // ErrCalibration marks pull measurements that give no usable cost model.
-var ErrCalibration = errors.New("routingbench: calibration failed")
+var ErrCalibration = errors.New("policybench: calibration failed")
 
 // Calibration is what the kv_hints router's cost policy is told, and how it
 // was derived. The policy hints when

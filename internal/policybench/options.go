@@ -1,4 +1,4 @@
-package routingbench
+package policybench
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 
 // ErrOptions marks options that cannot make a benchmark; the message names
 // the flag to fix.
-var ErrOptions = errors.New("routingbench: bad options")
+var ErrOptions = errors.New("policybench: bad options")
 
 // Policy is one router configuration under test. The policies differ only
 // in these flags; the cost-policy calibration flags are the same for all.

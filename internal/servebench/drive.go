@@ -1,4 +1,4 @@
-package routerbench
+package servebench
 
 import (
 	"bufio"
@@ -80,7 +80,7 @@ func run(ctx context.Context, addr string, reqs [][]byte, conc int, d time.Durat
 		latency: lat, firstErr: firstErr}
 }
 
-// traces collects the gateway's timing of the requests it sent while on.
+// traces collects the front door's timing of the requests it sent while on.
 type traces struct {
 	on bool // set before the measured phase starts, read after it ends
 	mu sync.Mutex

@@ -1,14 +1,15 @@
-// Package routerbench measures the router's own cost: routed requests per
-// second to a null backend, the latency routing adds, and the CPU and memory
-// that costs, with a fleet of worker ranks registered through discovery and
-// their caches relayed over the event plane as state agents do.
+// Package servebench measures the router service's own cost, `kvrouter
+// bench router`: routed requests per second to a null engine fleet, the
+// latency routing adds, and the CPU and memory that costs, with a fleet of
+// worker ranks registered through discovery and their caches relayed over
+// the event plane as state agents do.
 //
-// Everything runs in one process: the router (serve.Start, with its
+// Everything runs in one process: the router service (serve.Start, with its
 // embedded NATS), the agents, a null engine that answers every completion
 // at once, and a closed-loop HTTP client. They share the machine's cores, so
 // a second phase drives the same client straight at the null engine to
 // tell what the client and engine cost by themselves.
-package routerbench
+package servebench
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package routerbench
+package servebench
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 // engines internal/upstream, as in service.
 
 // errWire marks an answer this minimal HTTP/1.1 reader cannot take.
-var errWire = errors.New("routerbench: unexpected HTTP on the wire")
+var errWire = errors.New("servebench: unexpected HTTP on the wire")
 
 // wireConn is one keep-alive client connection.
 type wireConn struct {

@@ -1,4 +1,4 @@
-package routerbench
+package servebench
 
 import (
 	"bytes"
