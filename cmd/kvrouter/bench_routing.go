@@ -33,7 +33,7 @@ func newBenchRoutingCmd() *cobra.Command {
 		Short: "Compare routing policies on a local cluster: recomputed tokens and time to first token",
 		Long: fmt.Sprintf(`routing starts a local cluster (an embedded NATS server, --engines simulated
 engines 'kvrouter mocker' each with a real KV cache runner and a state agent)
-and sends the same workload through a router once per policy:
+and sends the same workload through a router service once per policy:
 
   round_robin   --routing round-robin --hint-policy off
   random        --routing random --hint-policy off
@@ -42,9 +42,9 @@ and sends the same workload through a router once per policy:
   kv_hints      --routing kv --hint-policy cost
 
 Before each policy every engine is reset (POST /admin/reset: GPU pool and
-runner) and a fresh router is started, and the run waits until that router's
+runner) and a fresh router service is started, and the run waits until its
 index is empty: every policy starts cold on the same engines, and only the
-router's flags differ.
+router service's flags differ.
 
 Calibration. The cost policy hints when setup + bytes/bandwidth is below
 tokens/prefill_rate, so every term is set to what the engines really cost in

@@ -231,7 +231,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	b, err := bus.Open(context.Background(), bus.Options{Name: "gateway-test", Logger: quiet()})
+	b, err := bus.Open(context.Background(), bus.Options{Name: "serve-test", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
