@@ -20,6 +20,8 @@ type stateCollector struct {
 	stats func() router.Stats
 }
 
+var _ prometheus.Collector = (*stateCollector)(nil)
+
 var (
 	descBlocks    = prometheus.NewDesc("kvrouter_index_blocks", "Indexed block residencies by tier (as of the last size refresh).", []string{"tier"}, nil)
 	descWorkers   = prometheus.NewDesc("kvrouter_workers", "Workers by mode: events (the router sees their KV events) or approximate (it guesses from its own decisions).", []string{"mode"}, nil)

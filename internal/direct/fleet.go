@@ -45,7 +45,7 @@ func (f *Fleet) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, spec := range f.Specs {
 		fw := &flagWorker{spec: spec}
-		f.byHost[spec.HostPort()] = fw
+		f.byHost[spec.hostPort()] = fw
 		wg.Go(func() { f.bringUp(ctx, fw) })
 	}
 	if f.EventsBind != "" {
@@ -70,7 +70,7 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 		case <-time.After(delay):
 		}
 	}
-	if err := f.Router.Upsert(spec.Worker(model, spec.Events != ""), f.Now()); err != nil {
+	if err := f.Router.Upsert(spec.worker(model, spec.Events != ""), f.Now()); err != nil {
 		f.Log.Error("worker: cannot add", "worker", spec.ID, "err", err)
 		return
 	}
@@ -190,7 +190,7 @@ func (f *Fleet) bound(topic string) *ingest {
 		// only confuse the sequence tracking.
 		return nil
 	}
-	if err := f.Router.Upsert(fw.spec.Worker(fw.model, true), f.Now()); err != nil {
+	if err := f.Router.Upsert(fw.spec.worker(fw.model, true), f.Now()); err != nil {
 		f.Log.Error("worker: cannot switch to events mode", "worker", fw.spec.ID, "err", err)
 		return nil
 	}

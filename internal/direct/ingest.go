@@ -130,7 +130,7 @@ func (in *ingest) ranks(rank int) []int {
 func (in *ingest) sources(rank int) []index.Source {
 	var out []index.Source
 	for _, r := range in.ranks(rank) {
-		out = append(out, index.WorkerRank(in.id, r), index.CacheOwner(FlagOwner(in.id, r)))
+		out = append(out, index.WorkerRank(in.id, r), index.CacheOwner(flagOwner(in.id, r)))
 	}
 	return out
 }
@@ -213,7 +213,7 @@ func (in *ingest) batch(m kvstream.Message, rank int) {
 		}
 		return
 	}
-	owner := index.CacheOwner(FlagOwner(in.id, rank))
+	owner := index.CacheOwner(flagOwner(in.id, rank))
 	for _, ev := range b.Events {
 		if !in.lineage(rank, &ev) {
 			in.m.eventDropped.WithLabelValues("kv_group").Inc()

@@ -60,7 +60,7 @@ func newIngest(t *testing.T, keys string) (*ingest, func(toks []uint32, salt str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Upsert(spec.Worker("m", true), time.Now()); err != nil {
+	if err := r.Upsert(spec.worker("m", true), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	sink, err := r.Sink("w")

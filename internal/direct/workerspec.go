@@ -12,8 +12,8 @@ import (
 	"kvrouter/internal/router"
 )
 
-// ErrWorkerFlag marks a --worker value that does not parse.
-var ErrWorkerFlag = errors.New("bad --worker")
+// errWorkerFlag marks a --worker value that does not parse.
+var errWorkerFlag = errors.New("bad --worker")
 
 // DefaultBlockSize is the block size of a --worker without block_size=,
 // vLLM's default.
@@ -61,10 +61,10 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || v == "" {
-			return WorkerSpec{}, fmt.Errorf("%w %q: %q: want key=value", ErrWorkerFlag, s, kv)
+			return WorkerSpec{}, fmt.Errorf("%w %q: %q: want key=value", errWorkerFlag, s, kv)
 		}
 		if seen[k] {
-			return WorkerSpec{}, fmt.Errorf("%w %q: %s given twice", ErrWorkerFlag, s, k)
+			return WorkerSpec{}, fmt.Errorf("%w %q: %s given twice", errWorkerFlag, s, k)
 		}
 		seen[k] = true
 		var err error
@@ -100,12 +100,12 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint")
 		}
 		if err != nil {
-			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", ErrWorkerFlag, s, k, err)
+			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
 		}
 	}
 	u, err := url.Parse(spec.URL)
 	if spec.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return WorkerSpec{}, fmt.Errorf("%w %q: url: want http://HOST:PORT of the engine's OpenAI server", ErrWorkerFlag, s)
+		return WorkerSpec{}, fmt.Errorf("%w %q: url: want http://HOST:PORT of the engine's OpenAI server", errWorkerFlag, s)
 	}
 	if spec.ID == "" {
 		spec.ID = u.Host
@@ -113,18 +113,18 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	for k, ep := range map[string]string{wkEvents: spec.Events, wkReplay: spec.Replay} {
 		if ep != "" && kvstream.Binds(ep) && strings.HasPrefix(ep, "tcp://") {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s=%s: the engine binds there; give the address the router dials (tcp://ENGINE_HOST:PORT)",
-				ErrWorkerFlag, s, k, ep)
+				errWorkerFlag, s, k, ep)
 		}
 	}
 	if spec.Replay != "" && spec.Events == "" {
-		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", ErrWorkerFlag, s)
+		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", errWorkerFlag, s)
 	}
 	if spec.TP > 1 && spec.Engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
 		// scheduler, which speaks for all its TP workers: one inventory,
 		// on the plain topic, that per-shard folding would drop.
 		return WorkerSpec{}, fmt.Errorf("%w %q: tp=%d: engine=%s reports one runner inventory for all its TP ranks; leave tp= out (tp>1 is for engine=sglang, whose runners report per TP rank)",
-			ErrWorkerFlag, s, spec.TP, spec.Engine)
+			errWorkerFlag, s, spec.TP, spec.Engine)
 	}
 	return spec, nil
 }
@@ -142,8 +142,8 @@ func positive(v string) (int, error) {
 	return n, nil
 }
 
-// HostPort is the worker's URL host:port, how --events-bind topics name it.
-func (s WorkerSpec) HostPort() string {
+// hostPort is the worker's URL host:port, how --events-bind topics name it.
+func (s WorkerSpec) hostPort() string {
 	u, err := url.Parse(s.URL)
 	if err != nil {
 		return ""
@@ -157,10 +157,10 @@ func (s WorkerSpec) HostPort() string {
 	return u.Host
 }
 
-// Worker builds the router's view of the spec once its model is known.
+// worker builds the router's view of the spec once its model is known.
 // events says whether the worker's events reach the router (events= or
 // seen on --events-bind).
-func (s WorkerSpec) Worker(model string, events bool) router.Worker {
+func (s WorkerSpec) worker(model string, events bool) router.Worker {
 	w := router.Worker{
 		ID: s.ID, Model: model, URL: s.URL, Engine: s.Engine, BlockSize: s.BlockSize,
 		DPSize: s.DP, Mode: router.ModeApproximate, Origin: router.OriginFlag,
@@ -179,11 +179,11 @@ func (s WorkerSpec) Worker(model string, events bool) router.Worker {
 		// to; without an agent, each rank's runner is its own.
 		w.Owners = make(map[int]string, s.DP)
 		for r := range s.DP {
-			w.Owners[r] = FlagOwner(s.ID, r)
+			w.Owners[r] = flagOwner(s.ID, r)
 		}
 	}
 	return w
 }
 
-// FlagOwner names the cache owner of a --worker rank's runner.
-func FlagOwner(id string, rank int) string { return id + "#runner" + strconv.Itoa(rank) }
+// flagOwner names the cache owner of a --worker rank's runner.
+func flagOwner(id string, rank int) string { return id + "#runner" + strconv.Itoa(rank) }

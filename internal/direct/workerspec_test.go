@@ -40,7 +40,7 @@ func TestParseWorkerSpec(t *testing.T) {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := ParseWorkerSpec(tc.in)
 			if tc.err != "" {
-				if !errors.Is(err, ErrWorkerFlag) || !strings.Contains(err.Error(), tc.err) {
+				if !errors.Is(err, errWorkerFlag) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.err)
 				}
 				return
@@ -51,14 +51,14 @@ func TestParseWorkerSpec(t *testing.T) {
 		})
 	}
 	s, _ := ParseWorkerSpec("url=https://example.com")
-	if s.HostPort() != "example.com:443" {
-		t.Fatalf("host:port %q", s.HostPort())
+	if s.hostPort() != "example.com:443" {
+		t.Fatalf("host:port %q", s.hostPort())
 	}
-	w := s.Worker("m", true)
-	if w.Mode != router.ModeEvents || w.Owners[0] != FlagOwner("example.com", 0) || w.Capability.CanConsume {
+	w := s.worker("m", true)
+	if w.Mode != router.ModeEvents || w.Owners[0] != flagOwner("example.com", 0) || w.Capability.CanConsume {
 		t.Fatalf("worker %+v", w)
 	}
-	if w := s.Worker("m", false); w.Mode != router.ModeApproximate || w.Owners != nil {
+	if w := s.worker("m", false); w.Mode != router.ModeApproximate || w.Owners != nil {
 		t.Fatalf("approximate worker %+v", w)
 	}
 }

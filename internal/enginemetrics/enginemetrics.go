@@ -16,10 +16,10 @@ import (
 	"kvrouter/internal/router"
 )
 
-// EngineMetrics polls every worker's Prometheus /metrics for its own view
+// Poller polls every worker's Prometheus /metrics for its own view
 // of its load: it sees requests other routers (or clients going around the
 // router) sent.
-type EngineMetrics struct {
+type Poller struct {
 	Router   *router.Router
 	Client   *http.Client
 	Interval time.Duration
@@ -50,7 +50,7 @@ const (
 )
 
 // Run polls until ctx ends.
-func (e *EngineMetrics) Run(ctx context.Context) {
+func (e *Poller) Run(ctx context.Context) {
 	t := time.NewTicker(e.Interval)
 	defer t.Stop()
 	for {
@@ -67,7 +67,7 @@ func (e *EngineMetrics) Run(ctx context.Context) {
 	}
 }
 
-func (e *EngineMetrics) poll(ctx context.Context, w router.Worker) {
+func (e *Poller) poll(ctx context.Context, w router.Worker) {
 	ctx, cancel := context.WithTimeout(ctx, e.Interval)
 	defer cancel()
 	loads, err := e.fetch(ctx, w)
@@ -83,7 +83,7 @@ func (e *EngineMetrics) poll(ctx context.Context, w router.Worker) {
 	}
 }
 
-func (e *EngineMetrics) fetch(ctx context.Context, w router.Worker) (map[int]router.EngineLoad, error) {
+func (e *Poller) fetch(ctx context.Context, w router.Worker) (map[int]router.EngineLoad, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.URL+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -100,15 +100,15 @@ func (e *EngineMetrics) fetch(ctx context.Context, w router.Worker) (map[int]rou
 	if err != nil {
 		return nil, err
 	}
-	return ParseEngineMetrics(b, w), nil
+	return parseEngineMetrics(b, w), nil
 }
 
-// ParseEngineMetrics reads the load of each of w's ranks from a Prometheus
+// parseEngineMetrics reads the load of each of w's ranks from a Prometheus
 // text exposition. Blocks in use come from whichever figures the engine
 // gives: vLLM's usage fraction times num_gpu_blocks, SGLang's used tokens
 // over the block size, the simulated engine's used blocks. Series without a
 // rank label describe the whole engine and are spread evenly over its ranks.
-func ParseEngineMetrics(text []byte, w router.Worker) map[int]router.EngineLoad {
+func parseEngineMetrics(text []byte, w router.Worker) map[int]router.EngineLoad {
 	per := map[int]*engineAcc{}
 	whole := &engineAcc{}
 	sc := bufio.NewScanner(bytes.NewReader(text))

@@ -42,7 +42,7 @@ func TestParseEngineMetrics(t *testing.T) {
 				r, _ := strconv.Atoi(k)
 				want[r] = v
 			}
-			if got := ParseEngineMetrics(text, tc.Worker); !reflect.DeepEqual(got, want) {
+			if got := parseEngineMetrics(text, tc.Worker); !reflect.DeepEqual(got, want) {
 				t.Fatalf("got  %+v\nwant %+v", got, want)
 			}
 		})

@@ -68,15 +68,15 @@ const (
 	keyContent      = "content"
 )
 
-// ParseRequest reads what routing needs from an inference request body.
-func ParseRequest(kind Kind, body []byte) (*Request, error) {
+// parseRequest reads what routing needs from an inference request body.
+func parseRequest(kind Kind, body []byte) (*Request, error) {
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
 	return parseValid(kind, body)
 }
 
-// parseValid is ParseRequest on a body already validated (by hints.Strip):
+// parseValid is parseRequest on a body already validated (by hints.Strip):
 // a long prompt makes every pass over it count.
 func parseValid(kind Kind, body []byte) (*Request, error) {
 	w, ok := members(body)

@@ -63,7 +63,7 @@ func TestParseRequest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseRequest(tc.kind, []byte(tc.body))
+			got, err := parseRequest(tc.kind, []byte(tc.body))
 			if tc.err != "" {
 				if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want ErrBadRequest containing %q", err, tc.err)
@@ -93,7 +93,7 @@ func FuzzParseRequest(f *testing.F) {
 		if chat {
 			kind = KindChat
 		}
-		req, err := ParseRequest(kind, body)
+		req, err := parseRequest(kind, body)
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error without ErrBadRequest: %v", err)
@@ -115,7 +115,7 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("withUsage on a parsed body: %v", err)
 			}
 		}
-		again, err := ParseRequest(kind, edited)
+		again, err := parseRequest(kind, edited)
 		if err != nil {
 			t.Fatalf("edited body no longer parses: %v\n%s", err, edited)
 		}

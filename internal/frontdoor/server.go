@@ -74,8 +74,8 @@ func (s *Server) warnEvery(kind, msg string, args ...any) {
 	s.Log.Warn(msg, args...)
 }
 
-// DefaultMaxBody bounds request bodies unless Server.MaxBody says otherwise.
-const DefaultMaxBody = 32 << 20
+// defaultMaxBody bounds request bodies unless Server.MaxBody says otherwise.
+const defaultMaxBody = 32 << 20
 
 // Mount routes the front door on mux: the OpenAI API and /healthz.
 func (s *Server) Mount(mux *http.ServeMux) {
@@ -183,7 +183,7 @@ func (b *bufs) release() {
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, dst []byte) ([]byte, *apiError) {
 	limit := s.MaxBody
 	if limit <= 0 {
-		limit = DefaultMaxBody
+		limit = defaultMaxBody
 	}
 	body, err := readAll(dst, http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
 	if err != nil {

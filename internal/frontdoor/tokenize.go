@@ -22,10 +22,16 @@ import (
 // Tokenizer turns a request into the token ids its engine will see. Token
 // ids the client sent are used as they are. A nil result with no error
 // means the request cannot be tokenized here (images): it is routed on
-// load alone.
+// load alone. An error wrapping ErrBadRequest is the client's to fix; any
+// other leaves the request routed on load alone.
 type Tokenizer interface {
 	Tokenize(ctx context.Context, req *Request) ([]uint32, error)
 }
+
+var (
+	_ Tokenizer = (*Local)(nil)
+	_ Tokenizer = (*Engine)(nil)
+)
 
 // Local tokenizes in process with a Hugging Face tokenizer and a chat
 // template.
@@ -71,8 +77,8 @@ func NewEngine(client *http.Client, urls func(string) []string, size int) *Engin
 	return &Engine{Client: client, URLs: urls, cache: newLRU(size)}
 }
 
-// ErrTokenize is an engine that could not tokenize a request.
-var ErrTokenize = errors.New("engine tokenization failed")
+// errTokenize is an engine that could not tokenize a request.
+var errTokenize = errors.New("engine tokenization failed")
 
 type tokenizeBody struct {
 	Model               string          `json:"model"`
@@ -105,7 +111,7 @@ func (e *Engine) Tokenize(ctx context.Context, req *Request) ([]uint32, error) {
 	}
 	urls := e.URLs(req.Model)
 	if len(urls) == 0 {
-		return nil, fmt.Errorf("%w: no worker serves model %q", ErrTokenize, req.Model)
+		return nil, fmt.Errorf("%w: no worker serves model %q", errTokenize, req.Model)
 	}
 	var errs []error
 	start := int(e.next.Add(1))
@@ -123,7 +129,7 @@ func (e *Engine) Tokenize(ctx context.Context, req *Request) ([]uint32, error) {
 		}
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("%w: %w", ErrTokenize, errors.Join(errs...))
+	return nil, fmt.Errorf("%w: %w", errTokenize, errors.Join(errs...))
 }
 
 func (e *Engine) ask(ctx context.Context, base string, body []byte) ([]uint32, error) {

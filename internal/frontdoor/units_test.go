@@ -112,7 +112,7 @@ func TestEngineTokenizer(t *testing.T) {
 		t.Fatalf("token ids: %v", got)
 	}
 	dead := NewEngine(&http.Client{}, func(string) []string { return []string{"http://127.0.0.1:1"} }, 8)
-	if _, err := dead.Tokenize(ctx, req); !errors.Is(err, ErrTokenize) {
+	if _, err := dead.Tokenize(ctx, req); !errors.Is(err, errTokenize) {
 		t.Fatalf("no engine: %v", err)
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"kvrouter/internal/cost"
 )
 
-// LoadSubject is where router replicas announce the requests they send.
-const LoadSubject = "kvrouter.load"
+// loadSubject is where router replicas announce the requests they send.
+const loadSubject = "kvrouter.load"
 
 // Load announcement ops.
 const (
@@ -225,7 +225,7 @@ func (p *Peers) flush() {
 		n := min(len(msgs), batchMax)
 		b, err := json.Marshal(loadBatch{Replica: p.Replica, Msgs: msgs[:n]})
 		if err == nil {
-			err = p.NC.Publish(LoadSubject, b)
+			err = p.NC.Publish(loadSubject, b)
 		}
 		if err != nil {
 			p.Log.Debug("peers: announce failed", "err", err)
@@ -247,7 +247,7 @@ func (p *Peers) Run(ctx context.Context) error {
 		return nil
 	}
 	msgs := make(chan *nats.Msg, 4096)
-	sub, err := p.NC.ChanSubscribe(LoadSubject, msgs)
+	sub, err := p.NC.ChanSubscribe(loadSubject, msgs)
 	if err != nil {
 		return err
 	}

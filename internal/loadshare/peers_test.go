@@ -67,7 +67,7 @@ func TestPeersShareLoad(t *testing.T) {
 func TestLonePeerAnnouncesOnlyHeartbeats(t *testing.T) {
 	b, start := peerBus(t)
 	seen := make(chan *nats.Msg, 64)
-	sub, err := b.Conn.ChanSubscribe(LoadSubject, seen)
+	sub, err := b.Conn.ChanSubscribe(loadSubject, seen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,7 +245,7 @@ func (h *harness) router(edit func(*Options)) *Service {
 	h.t.Helper()
 	o := Defaults()
 	o.Listen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
-	o.HintPolicy = PolicyMinBlocks
+	o.HintPolicy = policyMinBlocks
 	o.Tick, o.SizeEvery, o.PeerEvery = 5*time.Millisecond, time.Hour, 20*time.Millisecond
 	if edit != nil {
 		edit(&o)

@@ -31,18 +31,18 @@ import (
 	"kvrouter/internal/upstream"
 )
 
-// ErrOptions marks a configuration that cannot start; the message names the
+// errOptions marks a configuration that cannot start; the message names the
 // flag to fix.
-var ErrOptions = errors.New("bad serve options")
+var errOptions = errors.New("bad serve options")
 
 // Hint policy names (--hint-policy).
 const (
-	PolicyCost      = "cost"
-	PolicyMinBlocks = "min-blocks"
-	PolicyOff       = "off"
+	policyCost      = "cost"
+	policyMinBlocks = "min-blocks"
+	policyOff       = "off"
 )
 
-// Options configures a router; each field is a `kvrouter serve` flag.
+// Options configures a router service; each field is a `kvrouter serve` flag.
 type Options struct {
 	Listen string
 	// NATS is the URL of an external cluster; empty starts an embedded
@@ -108,25 +108,25 @@ func Defaults() Options {
 		Listen: ":8080", NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: frontdoor.TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
 		Weights:    cost.DefaultWeights(),
-		HintPolicy: PolicyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
+		HintPolicy: policyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 	}
 }
 
-// Policy returns the hint policy factory the options describe.
-func (o *Options) Policy() (func(blockSize int) (hints.Policy, error), error) {
+// hintPolicy returns the hint policy factory the options describe.
+func (o *Options) hintPolicy() (func(blockSize int) (hints.Policy, error), error) {
 	switch o.HintPolicy {
-	case PolicyOff:
+	case policyOff:
 		return nil, nil // router.Config.NoHints: no policy is ever asked
-	case PolicyMinBlocks:
+	case policyMinBlocks:
 		if o.HintMinBlocks < 1 {
-			return nil, fmt.Errorf("%w: --hint-min-blocks %d must be at least 1", ErrOptions, o.HintMinBlocks)
+			return nil, fmt.Errorf("%w: --hint-min-blocks %d must be at least 1", errOptions, o.HintMinBlocks)
 		}
 		p := hints.MinBlocks(o.HintMinBlocks)
 		return func(int) (hints.Policy, error) { return p, nil }, nil
-	case PolicyCost:
+	case policyCost:
 		f := func(bs int) (hints.Policy, error) {
 			return hints.NewCostPolicy(hints.Rates{
 				BandwidthBytesPerS: o.HintBandwidthGbps * 1e9 / 8,
@@ -138,11 +138,11 @@ func (o *Options) Policy() (func(blockSize int) (hints.Policy, error), error) {
 		}
 		if _, err := f(direct.DefaultBlockSize); err != nil {
 			return nil, fmt.Errorf("%w: --hint-bandwidth-gbps, --hint-setup-ms, --hint-prefill-tokens-per-s and --kv-bytes-per-token must be positive: %v",
-				ErrOptions, err)
+				errOptions, err)
 		}
 		return f, nil
 	}
-	return nil, fmt.Errorf("%w: --hint-policy %q: want %s, %s or %s", ErrOptions, o.HintPolicy, PolicyCost, PolicyMinBlocks, PolicyOff)
+	return nil, fmt.Errorf("%w: --hint-policy %q: want %s, %s or %s", errOptions, o.HintPolicy, policyCost, policyMinBlocks, policyOff)
 }
 
 func (o *Options) check() error {
@@ -151,36 +151,36 @@ func (o *Options) check() error {
 		"--disk-credit": w.DiskCredit, "--prefill-load-scale": w.PrefillLoadScale, "--request-weight": w.RequestWeight,
 		"--temperature": o.Temperature} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("%w: %s %v must be a non-negative number", ErrOptions, name, v)
+			return fmt.Errorf("%w: %s %v must be a non-negative number", errOptions, name, v)
 		}
 	}
 	if o.ApproxTTL <= 0 {
-		return fmt.Errorf("%w: --approx-ttl %v must be positive", ErrOptions, o.ApproxTTL)
+		return fmt.Errorf("%w: --approx-ttl %v must be positive", errOptions, o.ApproxTTL)
 	}
 	if o.UpstreamIdleTimeout <= 0 {
-		return fmt.Errorf("%w: --upstream-idle-timeout %v must be positive (below the engines' keep-alive timeout)", ErrOptions, o.UpstreamIdleTimeout)
+		return fmt.Errorf("%w: --upstream-idle-timeout %v must be positive (below the engines' keep-alive timeout)", errOptions, o.UpstreamIdleTimeout)
 	}
 	if o.DetachedOwnerTTL < 0 {
-		return fmt.Errorf("%w: --detached-owner-ttl %v must not be negative", ErrOptions, o.DetachedOwnerTTL)
+		return fmt.Errorf("%w: --detached-owner-ttl %v must not be negative", errOptions, o.DetachedOwnerTTL)
 	}
 	if o.EngineMetricsInterval < 0 {
-		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", ErrOptions, o.EngineMetricsInterval)
+		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", errOptions, o.EngineMetricsInterval)
 	}
 	ids := map[string]bool{}
 	for _, s := range o.Workers {
 		if ids[s.ID] {
-			return fmt.Errorf("%w: --worker id %q given twice (set id= to tell them apart)", ErrOptions, s.ID)
+			return fmt.Errorf("%w: --worker id %q given twice (set id= to tell them apart)", errOptions, s.ID)
 		}
 		ids[s.ID] = true
 	}
 	return nil
 }
 
-// NewTokenizer builds the tokenizer --tokenizer names.
-func (o *Options) NewTokenizer(client *http.Client, r *router.Router) (frontdoor.Tokenizer, error) {
+// newTokenizer builds the tokenizer --tokenizer names.
+func (o *Options) newTokenizer(client *http.Client, r *router.Router) (frontdoor.Tokenizer, error) {
 	if o.Tokenizer == frontdoor.TokenizerEngine {
 		if o.TokenizeCache < 0 {
-			return nil, fmt.Errorf("%w: --tokenize-cache %d must not be negative", ErrOptions, o.TokenizeCache)
+			return nil, fmt.Errorf("%w: --tokenize-cache %d must not be negative", errOptions, o.TokenizeCache)
 		}
 		return frontdoor.NewEngine(client, func(model string) []string {
 			var urls []string
@@ -192,23 +192,23 @@ func (o *Options) NewTokenizer(client *http.Client, r *router.Router) (frontdoor
 	}
 	tmpl, err := frontdoor.LoadTemplate(o.ChatTemplate, o.TokenizerConfig)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrOptions, err)
+		return nil, fmt.Errorf("%w: %v", errOptions, err)
 	}
 	if o.Tokenizer == frontdoor.TokenizerDefault || o.Tokenizer == "" {
 		return &frontdoor.Local{Tok: tokenizer.Default(), Template: tmpl}, nil
 	}
 	tok, err := tokenizer.LoadFile(o.Tokenizer)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --tokenizer %s: %v", ErrOptions, o.Tokenizer, err)
+		return nil, fmt.Errorf("%w: --tokenizer %s: %v", errOptions, o.Tokenizer, err)
 	}
 	return &frontdoor.Local{Tok: tok, Template: tmpl}, nil
 }
 
-// NewClient is the HTTP client for what the router asks workers itself
+// newClient is the HTTP client for what the router asks workers itself
 // (their model, tokenization, metrics; requests go through upstream): no
 // overall timeout (callers bound theirs), a bounded dial, and no
 // compression.
-func NewClient() *http.Client {
+func newClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -223,6 +223,9 @@ func NewClient() *http.Client {
 	}}
 }
 
+// Peers is the front door's view of the load in flight.
+var _ frontdoor.LoadTracker = (*loadshare.Peers)(nil)
+
 // Service is a running router service.
 type Service struct {
 	Addr   string // the bound listen address
@@ -236,9 +239,9 @@ type Service struct {
 	ownBus bool
 }
 
-// Start brings a router up: the decision core, NATS (embedded unless
-// --nats), discovery and relay followers, the --worker fleet, engine
-// metrics, load sharing, and the HTTP listener.
+// Start brings a router service up: the routing decision core, NATS
+// (embedded unless --nats), discovery and relay followers, the --worker
+// fleet, engine metrics, load sharing, and the HTTP listener.
 func Start(ctx context.Context, o Options) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -252,24 +255,24 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	policy, err := o.Policy()
+	policy, err := o.hintPolicy()
 	if err != nil {
 		return nil, err
 	}
 	routing := cost.RoutingKV
 	if o.Routing != "" {
 		if routing, err = cost.ParseRouting(o.Routing); err != nil {
-			return nil, fmt.Errorf("%w: --routing: %v", ErrOptions, err)
+			return nil, fmt.Errorf("%w: --routing: %v", errOptions, err)
 		}
 	}
 	r, err := router.New(router.Config{Weights: o.Weights, Temperature: o.Temperature, Policy: policy,
-		Routing: routing, NoHints: o.HintPolicy == PolicyOff,
+		Routing: routing, NoHints: o.HintPolicy == policyOff,
 		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrOptions, err)
+		return nil, fmt.Errorf("%w: %v", errOptions, err)
 	}
-	client := NewClient()
-	tok, err := o.NewTokenizer(client, r)
+	client := newClient()
+	tok, err := o.newTokenizer(client, r)
 	if err != nil {
 		return nil, err
 	}
@@ -281,10 +284,10 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		if o.NATS == "" {
 			host, port, err := net.SplitHostPort(o.NATSListen)
 			if err != nil {
-				return nil, fmt.Errorf("%w: --nats-listen %q: want HOST:PORT: %v", ErrOptions, o.NATSListen, err)
+				return nil, fmt.Errorf("%w: --nats-listen %q: want HOST:PORT: %v", errOptions, o.NATSListen, err)
 			}
 			if bo.Port, err = strconv.Atoi(port); err != nil || bo.Port < 0 || bo.Port > 65535 {
-				return nil, fmt.Errorf("%w: --nats-listen %q: bad port", ErrOptions, o.NATSListen)
+				return nil, fmt.Errorf("%w: --nats-listen %q: bad port", errOptions, o.NATSListen)
 			}
 			bo.Host = host
 		}
@@ -342,7 +345,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		}
 	})
 	if o.EngineMetricsInterval > 0 {
-		em := &enginemetrics.EngineMetrics{Router: r, Client: client, Interval: o.EngineMetricsInterval, Log: o.Log}
+		em := &enginemetrics.Poller{Router: r, Client: client, Interval: o.EngineMetricsInterval, Log: o.Log}
 		run(func() { em.Run(ctx) })
 	}
 	run(func() { housekeep(ctx, r, o) })
