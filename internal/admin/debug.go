@@ -1,3 +1,5 @@
+// This file holds the views /debug/workers and /debug/route and their JSON shapes.
+
 package admin
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the router state gauges and the service-wide collectors.
+
 package admin
 
 import (

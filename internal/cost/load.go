@@ -1,3 +1,5 @@
+// This file holds the in-flight load per rank that the cost weighs.
+
 package cost
 
 import "sync"

@@ -1,3 +1,5 @@
+// This file holds the choice among scored candidates: kv routing and the baselines.
+
 package cost
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the --worker fleet: engines brought up and their events followed.
+
 package direct
 
 import (

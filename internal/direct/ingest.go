@@ -1,3 +1,5 @@
+// This file holds the ingest of one engine's KV event stream into the routing decision core.
+
 package direct
 
 import (

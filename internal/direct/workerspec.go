@@ -1,3 +1,5 @@
+// This file holds the --worker flag: its parsing and the worker it describes.
+
 package direct
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the poller of engines' /metrics and the reading of their load per rank.
+
 package enginemetrics
 
 import (

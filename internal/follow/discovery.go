@@ -1,3 +1,5 @@
+// This file holds the discovery watch and the relay followers it starts per agent.
+
 package follow
 
 import (

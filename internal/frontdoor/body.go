@@ -1,3 +1,5 @@
+// This file holds the edits of forwarded bodies: members set, the rest kept byte for byte.
+
 package frontdoor
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the parsing of OpenAI request bodies: what routing reads, as engines read it.
+
 package frontdoor
 
 import (

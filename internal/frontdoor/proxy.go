@@ -1,3 +1,5 @@
+// This file holds the proxying to the chosen worker: body, headers, SSE pass-through, usage.
+
 package frontdoor
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the front door's handlers: read, prepare, decide, retry once, fail OpenAI-style.
+
 package frontdoor
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the tokenizers: in process with a chat template, or an engine's /tokenize.
+
 package frontdoor
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the load announcements between replicas and the book of peers' requests.
+
 package loadshare
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the cost policy's calibration from measured peer pulls.
+
 package policybench
 
 import (

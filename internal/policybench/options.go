@@ -1,3 +1,5 @@
+// This file holds the benchmark's options, the policies compared and the workloads.
+
 package policybench
 
 import (

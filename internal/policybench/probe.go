@@ -1,3 +1,5 @@
+// This file holds the probe pulls the calibration measures.
+
 package policybench
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the benchmark's report: JSON, table, plot and per-request records.
+
 package policybench
 
 import (

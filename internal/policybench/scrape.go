@@ -1,3 +1,5 @@
+// This file holds what the benchmark reads of /metrics and /debug/workers.
+
 package policybench
 
 import (

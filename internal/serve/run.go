@@ -1,3 +1,5 @@
+// This file holds the router service's options and Start, which wires its packages together.
+
 package serve
 
 import (

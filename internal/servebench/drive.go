@@ -1,3 +1,5 @@
+// This file holds the closed-loop load generator and the timing traces it collects.
+
 package servebench
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the bench fleet's state agents and the wait for the service to take them in.
+
 package servebench
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the HTTP/1.1 client and null engine that speak on the socket themselves.
+
 package servebench
 
 import (

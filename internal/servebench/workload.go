@@ -1,3 +1,5 @@
+// This file holds the seeded workload: the prompts the caches hold and the requests sent.
+
 package servebench
 
 import (
