@@ -26,7 +26,7 @@ func TestLongestPrefixAndHint(t *testing.T) {
 	a.ready(a.rank(), a.owner())
 	b.ready(b.rank(), b.owner())
 	eb.metrics = "sglang:num_running_reqs 40\nsglang:num_used_tokens 4000\n"
-	g := h.router(func(o *Options) { o.EngineMetricsInterval = 10 * time.Millisecond })
+	g := h.service(func(o *Options) { o.EngineMetricsInterval = 10 * time.Millisecond })
 	waitWorkers(t, g, 2)
 
 	body := completionBody(toks, `,"kv_hints":{"protocol_version":"0.1","actions":[{"action_type":"kv.fetch","payload":{"source_control_endpoint":"tcp://evil:1","block_hashes":[1]}}]}`)
@@ -92,7 +92,7 @@ func TestHintFailsClosed(t *testing.T) {
 			if tc.ready {
 				b.ready(b.owner())
 			}
-			g := h.router(func(o *Options) { o.AllowTargetOverride = true })
+			g := h.service(func(o *Options) { o.AllowTargetOverride = true })
 			waitWorkers(t, g, 2)
 			body := completionBody(toks, `,"cache_salt":"`+tc.salt+`"`)
 			// b's own runner would draw the request to b; the target is
@@ -120,7 +120,7 @@ func TestRemovalAndLateRouter(t *testing.T) {
 	b.store(b.rank(), toks[:7*testBS], "", kvevents.TierDevice)
 	a.ready(a.rank(), a.owner())
 	b.ready(b.rank(), b.owner())
-	g := h.router(nil) // late: everything above came before it
+	g := h.service(nil) // late: everything above came before it
 	waitWorkers(t, g, 2)
 	body := completionBody(toks, "")
 	var r routeView
@@ -136,7 +136,7 @@ func TestRemovalAndLateRouter(t *testing.T) {
 	if status != http.StatusForbidden || !strings.Contains(string(resp), "--allow-target-override") {
 		t.Fatalf("override without the flag: %d %s", status, resp)
 	}
-	g2 := h.router(func(o *Options) { o.AllowTargetOverride = true })
+	g2 := h.service(func(o *Options) { o.AllowTargetOverride = true })
 	waitWorkers(t, g2, 2)
 	var forced routeView
 	eventually(t, "the forced route's hint", func() bool {
@@ -166,7 +166,7 @@ func TestWorkerLeaves(t *testing.T) {
 	b.store(b.owner(), toks[:6*testBS], "", kvevents.TierExternal)
 	a.ready(a.rank(), a.owner())
 	b.ready(b.rank(), b.owner())
-	g := h.router(func(o *Options) { o.DetachedOwnerTTL = time.Minute; o.AllowTargetOverride = true })
+	g := h.service(func(o *Options) { o.DetachedOwnerTTL = time.Minute; o.AllowTargetOverride = true })
 	waitWorkers(t, g, 3)
 	body := completionBody(toks, "")
 

@@ -88,7 +88,7 @@ func TestEngineEventsConnect(t *testing.T) {
 				newPublisher(t, kvstream.PublisherConfig{Endpoint: "tcp://*:" + strconv.Itoa(base+1)}, f, ""),
 			}
 			events := "tcp://127.0.0.1:" + strconv.Itoa(base)
-			g := h.router(func(o *Options) {
+			g := h.service(func(o *Options) {
 				o.Workers = []direct.WorkerSpec{spec(t, e, ",dp=2,events="+events)}
 			})
 			waitWorkers(t, g, 1)
@@ -140,7 +140,7 @@ func TestEngineEventsBind(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
 	bind := freeTCP(t)
-	g := h.router(func(o *Options) {
+	g := h.service(func(o *Options) {
 		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
 		o.EventsBind = bind
 	})

@@ -221,7 +221,7 @@ func (e *engine) complete(w http.ResponseWriter, r *http.Request) {
 }
 
 // harness is one test's world: a NATS bus, an in-memory registry on a
-// settable clock, and routers started on them.
+// settable clock, and router services started on them.
 type harness struct {
 	t     *testing.T
 	bus   *bus.Bus
@@ -240,8 +240,8 @@ func newHarness(t *testing.T) *harness {
 	return &harness{t: t, bus: b, reg: discovery.NewMemory(10*time.Second, c.Now), clock: c}
 }
 
-// router starts a replica; edit adjusts its options.
-func (h *harness) router(edit func(*Options)) *Service {
+// service starts a replica; edit adjusts its options.
+func (h *harness) service(edit func(*Options)) *Service {
 	h.t.Helper()
 	o := Defaults()
 	o.Listen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()

@@ -42,7 +42,7 @@ func TestStreamPassThrough(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
 	e.cached, e.peer = 8, 4
-	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
+	g := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
 	waitWorkers(t, g, 1)
 	for _, tc := range []struct {
 		extra     string
@@ -83,7 +83,7 @@ func TestStreamCancellation(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
 	e.hold = make(chan struct{})
-	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
+	g := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
 	waitWorkers(t, g, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.url()+"/v1/completions",
@@ -122,7 +122,7 @@ func TestRetryOnRefused(t *testing.T) {
 	live, dead := newEngine(t, testModel), newEngine(t, testModel)
 	deadSpec := spec(t, dead, ",model="+testModel)
 	dead.srv.Close()
-	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, live, ""), deadSpec} })
+	g := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, live, ""), deadSpec} })
 	waitWorkers(t, g, 2)
 	// Make the dead worker the cheaper one.
 	g.Router.Load().Start("busy", rankOf(live), 1e5, 0)
@@ -138,7 +138,7 @@ func TestRetryOnRefused(t *testing.T) {
 		t.Fatal("upstream resends not exported")
 	}
 	// Forced onto the dead worker there is no retry.
-	g2 := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{deadSpec}; o.AllowTargetOverride = true })
+	g2 := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{deadSpec}; o.AllowTargetOverride = true })
 	waitWorkers(t, g2, 1)
 	status, _, body = post(t, g2.url(), "/v1/completions", completionBody(prompt(1, 2), ""), headerTarget, deadSpec.ID)
 	if status != http.StatusBadGateway || !strings.Contains(string(body), "refused") {
@@ -150,7 +150,7 @@ func TestRetryOnRefused(t *testing.T) {
 func TestClientErrors(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
-	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
+	g := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, "")} })
 	waitWorkers(t, g, 1)
 	tests := []struct {
 		name   string
@@ -194,7 +194,7 @@ func TestClientErrors(t *testing.T) {
 func TestApproximateMode(t *testing.T) {
 	h := newHarness(t)
 	e1, e2, e3 := newEngine(t, testModel), newEngine(t, testModel), newEngine(t, testModel)
-	g := h.router(func(o *Options) {
+	g := h.service(func(o *Options) {
 		o.Workers = []direct.WorkerSpec{spec(t, e1, ""), spec(t, e2, ""), spec(t, e3, "")}
 	})
 	waitWorkers(t, g, 3)
@@ -230,7 +230,7 @@ func TestApproximateMode(t *testing.T) {
 func TestDebugShapes(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
-	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, ",type=aggregated,engine=sglang,dp=2")} })
+	g := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, ",type=aggregated,engine=sglang,dp=2")} })
 	waitWorkers(t, g, 1)
 	keys := func(b []byte) map[string]any {
 		var m map[string]any
@@ -291,7 +291,7 @@ func TestDebugShapes(t *testing.T) {
 func TestPooledBuffers(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
-	g := h.router(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, ",engine=sglang,dp=2")} })
+	g := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(t, e, ",engine=sglang,dp=2")} })
 	waitWorkers(t, g, 1)
 	const clients, each = 6, 25
 	var wg sync.WaitGroup
@@ -347,7 +347,7 @@ func TestPooledBuffers(t *testing.T) {
 func TestUpstreamIdleTimeout(t *testing.T) {
 	h := newHarness(t)
 	e := newEngine(t, testModel)
-	g := h.router(func(o *Options) {
+	g := h.service(func(o *Options) {
 		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
 		o.UpstreamIdleTimeout = 1500 * time.Millisecond
 	})

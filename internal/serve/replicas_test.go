@@ -32,7 +32,7 @@ func TestReplicasAgree(t *testing.T) {
 		}
 		a.ready(a.rank(), a.owner())
 	}
-	g1, g2 := h.router(nil), h.router(nil)
+	g1, g2 := h.service(nil), h.service(nil)
 	long := completionBody(append(append([]uint32(nil), shared...), prompt(5000, 3)...), "")
 	for _, g := range []*Service{g1, g2} {
 		waitWorkers(t, g, 4)

@@ -280,8 +280,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	}
 	reg := prometheus.NewRegistry()
 	admin.Register(reg, r.Stats)
-	g := &Service{Router: r, Bus: o.Bus}
-	if g.Bus == nil {
+	svc := &Service{Router: r, Bus: o.Bus}
+	if svc.Bus == nil {
 		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log}
 		if o.NATS == "" {
 			host, port, err := net.SplitHostPort(o.NATSListen)
@@ -293,23 +293,23 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			}
 			bo.Host = host
 		}
-		if g.Bus, err = bus.Open(ctx, bo); err != nil {
+		if svc.Bus, err = bus.Open(ctx, bo); err != nil {
 			return nil, fmt.Errorf("--nats %q: %w", o.NATS, err)
 		}
-		g.ownBus = true
-		if g.Bus.Embedded() {
-			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", g.Bus.URL)
+		svc.ownBus = true
+		if svc.Bus.Embedded() {
+			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", svc.Bus.URL)
 		}
 	}
 	fail := func(err error) (*Service, error) {
-		if g.ownBus {
-			g.Bus.Close()
+		if svc.ownBus {
+			svc.Bus.Close()
 		}
 		return nil, err
 	}
 	registry := o.Registry
 	if registry == nil {
-		if registry, err = discovery.OpenNATS(ctx, g.Bus.JS, o.Bucket, o.Lease, o.Log); err != nil {
+		if registry, err = discovery.OpenNATS(ctx, svc.Bus.JS, o.Bucket, o.Lease, o.Log); err != nil {
 			return fail(fmt.Errorf("discovery (--lease must match the agents'): %w", err))
 		}
 	}
@@ -317,27 +317,27 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	if err != nil {
 		return fail(fmt.Errorf("--listen %s: %w", o.Listen, err))
 	}
-	g.Addr = ln.Addr().String()
+	svc.Addr = ln.Addr().String()
 
-	peers := loadshare.NewPeers(g.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
+	peers := loadshare.NewPeers(svc.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
-	g.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
+	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace}
 	mux := http.NewServeMux()
-	g.Server.Mount(mux)
-	(&admin.Views{Router: r, Front: g.Server, Gatherer: reg}).Mount(mux)
-	g.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	svc.Server.Mount(mux)
+	(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg}).Mount(mux)
+	svc.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
-	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	run := func(f func()) { g.wg.Go(f) }
+	ctx, svc.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	run := func(f func()) { svc.wg.Go(f) }
 	run(func() {
-		if err := g.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := svc.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Error("http server stopped", "err", err)
 		}
 	})
 	// Agents' registrations are unknown until the first watch is in step.
 	r.SetDiscoveryLive(false)
-	disc := &follow.Discovery{Registry: registry, Router: r, NC: g.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now}
+	disc := &follow.Discovery{Registry: registry, Router: r, NC: svc.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now}
 	run(func() { disc.Run(ctx) })
 	fleet := &direct.Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: direct.NewMetrics(reg), Log: o.Log, Now: o.Now}
 	run(func() { fleet.Run(ctx) })
@@ -351,8 +351,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		run(func() { em.Run(ctx) })
 	}
 	run(func() { housekeep(ctx, r, o) })
-	o.Log.Info("kvrouter serving", "listen", g.Addr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
-	return g, nil
+	o.Log.Info("kvrouter serving", "listen", svc.Addr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
+	return svc, nil
 }
 
 // housekeep expires what has a TTL and recounts block sizes.
@@ -374,33 +374,33 @@ func housekeep(ctx context.Context, r *router.Router, o Options) {
 }
 
 // Close stops serving and every service, waiting for them.
-func (g *Service) Close() error {
+func (svc *Service) Close() error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := g.http.Shutdown(sctx)
+	err := svc.http.Shutdown(sctx)
 	if err != nil {
 		// Streams still running past the grace period are cut.
-		g.http.Close()
+		svc.http.Close()
 	}
-	g.cancel()
-	g.wg.Wait()
-	if g.Server != nil {
-		g.Server.Upstream.CloseIdle()
+	svc.cancel()
+	svc.wg.Wait()
+	if svc.Server != nil {
+		svc.Server.Upstream.CloseIdle()
 	}
-	if g.ownBus {
-		g.Bus.Close()
+	if svc.ownBus {
+		svc.Bus.Close()
 	}
 	return err
 }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	g, err := Start(ctx, o)
+	svc, err := Start(ctx, o)
 	if err != nil {
 		return err
 	}
 	<-ctx.Done()
-	return g.Close()
+	return svc.Close()
 }
 
 // replicaName picks a random name for a replica not given --replica.

@@ -16,7 +16,7 @@ func TestTrace(t *testing.T) {
 	e := newEngine(t, testModel)
 	var mu sync.Mutex
 	var got []frontdoor.Timing
-	g := h.router(func(o *Options) {
+	g := h.service(func(o *Options) {
 		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
 		o.Trace = func(tm frontdoor.Timing) {
 			mu.Lock()
