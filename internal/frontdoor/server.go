@@ -260,7 +260,7 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 	return p, nil
 }
 
-// decide runs the decision core on a prepared request.
+// decide asks the routing decision core about a prepared request.
 func (s *Server) decide(p *prepared, exclude []string, explain bool) (*router.Decision, time.Duration, *apiError) {
 	start := time.Now()
 	d, err := s.Router.Decide(router.Request{Model: p.req.Model, Tokens: p.tokens, Salt: p.req.Salt,

@@ -100,7 +100,7 @@ type Options struct {
 	Now func() time.Time
 	Log *slog.Logger
 	// Trace, when set, gets the timing of every request sent to a worker
-	// (Server.Trace); for benchmarks, not a flag.
+	// (frontdoor.Server.Trace); for benchmarks, not a flag.
 	Trace func(frontdoor.Timing)
 }
 
