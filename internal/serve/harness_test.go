@@ -41,6 +41,7 @@ type routeView struct {
 	} `json:"target"`
 	Candidates []struct {
 		WorkerID       string `json:"worker_id"`
+		OverlapBlocks  int    `json:"overlap_blocks"`
 		DeviceOverlap  int    `json:"device_overlap"`
 		HostOverlap    int    `json:"host_overlap"`
 		ActiveRequests int    `json:"active_requests"`
