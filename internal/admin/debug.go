@@ -5,7 +5,6 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,19 +31,6 @@ func (v *Views) Mount(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(v.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/workers", v.debugWorkers)
 	mux.HandleFunc("POST /debug/route", v.debugRoute)
-}
-
-// writeJSON answers 200 with v, indented, as the front door writes JSON.
-func writeJSON(w http.ResponseWriter, v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(http.StatusOK)
-	w.Write(append(b, '\n'))
 }
 
 // The operator views' JSON shapes.
@@ -140,7 +126,7 @@ func (v *Views) debugRoute(w http.ResponseWriter, r *http.Request) {
 	if d.HintDecision.Hinted() {
 		out.Hint = hintJSON(d.Target.Worker.Placement, e.RequestID, d.Hint)
 	}
-	writeJSON(w, out)
+	frontdoor.WriteJSON(w, http.StatusOK, out)
 }
 
 // hintJSON is the hint exactly as it would be placed in the body.
@@ -273,5 +259,5 @@ func (v *Views) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 	for _, o := range detached {
 		out.DetachedOwners = append(out.DetachedOwners, ownerOf(o))
 	}
-	writeJSON(w, out)
+	frontdoor.WriteJSON(w, http.StatusOK, out)
 }

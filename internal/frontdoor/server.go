@@ -108,10 +108,12 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		Param   any    `json:"param"`
 		Code    int    `json:"code"`
 	}
-	writeJSON(w, e.status, map[string]body{"error": {Message: e.message, Type: e.kind, Code: e.status}})
+	WriteJSON(w, e.status, map[string]body{"error": {Message: e.message, Type: e.kind, Code: e.status}})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers with v, indented, as every JSON answer of the router
+// service is written: the front door's and the operator views'.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -348,12 +350,12 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	for _, m := range s.Router.Models() {
 		data = append(data, card{ID: m, Object: "model", OwnedBy: "kvrouter"})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	st := s.Router.Stats()
-	writeJSON(w, http.StatusOK, map[string]any{
+	WriteJSON(w, http.StatusOK, map[string]any{
 		"status":         "ok",
 		"workers":        st.WorkersByMode[router.ModeEvents] + st.WorkersByMode[router.ModeApproximate],
 		"models":         s.Router.Models(),
