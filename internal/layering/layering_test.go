@@ -22,7 +22,7 @@ var cores = []string{
 	"kvrouter/internal/hints",
 	"kvrouter/internal/kvhash",
 	"kvrouter/internal/kvevents",
-	"kvrouter/internal/schedule", // the routing cost
+	"kvrouter/internal/cost", // the routing cost
 }
 
 // forbidden are the packages that bring sockets or processes, "/..."

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
-	"kvrouter/internal/schedule"
 )
 
 const bs = 4
@@ -45,7 +45,7 @@ func storeOp(toks []uint32, salt string, tier kvevents.Tier) index.Op {
 func newRouter(t testing.TB, edit func(*Config)) *Router {
 	t.Helper()
 	cfg := Config{
-		Weights:          schedule.DefaultWeights(),
+		Weights:          cost.DefaultWeights(),
 		Policy:           func(int) (hints.Policy, error) { return hints.MinBlocks(1), nil },
 		ApproxTTL:        time.Minute,
 		DetachedOwnerTTL: time.Minute,
@@ -148,7 +148,7 @@ func TestRouting(t *testing.T) {
 			setup: func(f *fleet) {
 				f.store("b", index.WorkerRank("b", 0), storeOp(prompt[:6*bs], "", kvevents.TierDevice))
 				for i := range 3 {
-					f.r.Load().Start(fmt.Sprint("busy", i), schedule.Rank{Worker: "b", DP: 0}, 2000, 50)
+					f.r.Load().Start(fmt.Sprint("busy", i), cost.Rank{Worker: "b", DP: 0}, 2000, 50)
 				}
 			},
 			not: "b/0"},
@@ -223,7 +223,7 @@ func TestCandidateTerms(t *testing.T) {
 	op.Hashes, op.Local, op.Parent, op.HasParent = op.Hashes[3:], op.Local[3:], op.Hashes[2], true
 	f.store("a", index.WorkerRank("a", 0), op)
 	f.store("a", index.CacheOwner("owner-a-0"), storeOp(prompt[:7*bs], "", kvevents.TierExternal))
-	r.Load().Start("x", schedule.Rank{Worker: "a", DP: 0}, 40, 3)
+	r.Load().Start("x", cost.Rank{Worker: "a", DP: 0}, 40, 3)
 	d := decide(t, r, Request{Model: "m", Tokens: prompt, Explain: true})
 	c := d.Candidates[0]
 	if d.Chosen != c {

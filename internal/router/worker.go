@@ -1,11 +1,12 @@
-// Package router is kvrouter's decision core: the table of workers and the
+// Package router is the routing decision core: the table of workers and the
 // data-parallel ranks they serve, the inventory view with each source's
 // readiness, the candidates a request could go to and their cost, and the
-// hint the chosen target gets.
+// hint the chosen target gets. The router service that runs it, `kvrouter
+// serve`, is package serve.
 //
-// It is pure: no sockets, clocks or goroutines of its own. Services feed it
-// registrations, events and the time; it answers decisions. Everything is
-// safe for concurrent use.
+// It is pure: no sockets, clocks or goroutines of its own. The service's
+// packages feed it registrations, events and the time; it answers
+// decisions. Everything is safe for concurrent use.
 package router
 
 import (
