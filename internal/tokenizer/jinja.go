@@ -36,7 +36,11 @@ func NewChatTemplate(src string) (*ChatTemplate, error) {
 			return nil, fmt.Errorf("chat template: the %q whitespace modifier is not implemented: %w", m, ErrUnsupported)
 		}
 	}
-	tmpl, err := jinja.Compile(norm)
+	// ardanlabs/jinja's own tojson sorts keys and escapes <>& when given an
+	// indent, and a template cannot override a built-in filter, so uses
+	// are renamed to ours (an unknown filter is looked up in the render
+	// scope). transformers' tojson is json.dumps(ensure_ascii=False).
+	tmpl, err := jinja.Compile(tojsonRe.ReplaceAllString(norm, "|"+toJSONName))
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w: %w", ErrTemplate, err)
 	}
@@ -56,7 +60,10 @@ func normalizeTemplateSource(s string) string {
 	return strings.TrimSuffix(s, "\n")
 }
 
+const toJSONName = "kvrouter_tojson"
+
 var (
+	tojsonRe    = regexp.MustCompile(`\|\s*tojson\b`)
 	setFromRe   = regexp.MustCompile(`set\s+(\w+)\s*=\s*(\w+)\b`)
 	forInRe     = regexp.MustCompile(`for\s+(\w+)(?:\s*,\s*\w+)?\s+in\s+(\w+)\b`)
 	contentIter = `for\s+\w+(?:\s*,\s*\w+)?\s+in\s+%s\s*(?:\.\s*content\b|\[\s*['"]content['"]\s*\])`
@@ -101,10 +108,7 @@ func (c *ChatTemplate) render(vars map[string]jinja.Value) (string, error) {
 		}
 		return jinja.NewString(strftime(now(), args[0].AsString())), nil
 	})
-	// ardanlabs/jinja looks filters up by this name in the render scope.
-	// Its own tojson sorts keys and escapes <>& when indent is given;
-	// transformers' is json.dumps with ensure_ascii=False.
-	vars["__filter_tojson"] = jinja.NewCallable("tojson", filterToJSON)
+	vars[toJSONName] = jinja.NewCallable("tojson", filterToJSON)
 	out, err := c.tmpl.RenderValues(vars)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w: %w", ErrTemplate, err)
