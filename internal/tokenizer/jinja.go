@@ -97,7 +97,14 @@ func detectContentFormat(src string) bool {
 
 // render runs the template on vars, with the filters and globals
 // transformers adds.
-func (c *ChatTemplate) render(vars map[string]jinja.Value) (string, error) {
+func (c *ChatTemplate) render(vars map[string]jinja.Value) (out string, err error) {
+	// Request content reaches the engine's internals; a panic there must
+	// fail one request, not the router.
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("chat template: %w: the engine failed: %v", ErrTemplate, r)
+		}
+	}()
 	now := time.Now
 	if c.Now != nil {
 		now = c.Now
@@ -109,7 +116,7 @@ func (c *ChatTemplate) render(vars map[string]jinja.Value) (string, error) {
 		return jinja.NewString(strftime(now(), args[0].AsString())), nil
 	})
 	vars[toJSONName] = jinja.NewCallable("tojson", filterToJSON)
-	out, err := c.tmpl.RenderValues(vars)
+	out, err = c.tmpl.RenderValues(vars)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w: %w", ErrTemplate, err)
 	}

@@ -70,6 +70,19 @@ func translateRegex(expr string) (string, error) {
 			i++
 			e := expr[i]
 			switch e {
+			case 'p', 'P':
+				// A Unicode class name, copied whole so that its closing
+				// brace is not taken for a quantifier's.
+				end := i + 1
+				if end < len(expr) && expr[end] == '{' {
+					if k := strings.IndexByte(expr[end:], '}'); k >= 0 {
+						end += k + 1
+					}
+				} else {
+					end = min(end+1, len(expr))
+				}
+				b.WriteString(expr[i-1 : end])
+				i = end - 1
 			case 's':
 				b.WriteString(wrapClass(unicodeSpace, inClass, false))
 			case 'd':
