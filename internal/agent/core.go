@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/ingest"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
@@ -32,9 +33,9 @@ type Core struct {
 type rank struct {
 	dp       int
 	worker   index.Source
-	owner    index.Source // valid when hasOwner
-	hasOwner bool         // false: no runner, or hints refused
-	agg      *Aggregator  // non-nil: runner inventory arrives per TP shard
+	owner    index.Source       // valid when hasOwner
+	hasOwner bool               // false: no runner, or hints refused
+	agg      *ingest.Aggregator // non-nil: runner inventory arrives per TP shard
 	srcs     []index.Source
 
 	// Ordering: the stream is in order when a message arrived since the
@@ -51,8 +52,8 @@ type rank struct {
 	// and nothing was lost or skipped). Only then does an unknown parent
 	// prove a gap the seq did not reveal.
 	complete bool
-	groups   kvevents.GroupKinds // a hybrid model's KV groups, from stores
-	salts    kvevents.SaltChains // vLLM only: blocks under salted roots
+	groups   ingest.GroupKinds // a hybrid model's KV groups, from stores
+	salts    ingest.SaltChains // vLLM only: blocks under salted roots
 }
 
 type gapSpan struct{ from, to uint64 }
@@ -83,7 +84,7 @@ func NewCore(worker string, d *workerconfig.Descriptor, plane Plane, log *slog.L
 			r.owner, r.hasOwner = index.CacheOwner(id), true
 			r.srcs = append(r.srcs, r.owner)
 			if d.InventoryAggregation == workerconfig.AggregateAllTPRanks && d.TPRanksPerDPRank > 1 {
-				r.agg = NewAggregator(d.TPRanksPerDPRank)
+				r.agg = ingest.NewAggregator(d.TPRanksPerDPRank)
 			}
 		}
 		all = append(all, r.srcs...)

@@ -7,9 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	// Named apart from the tests' fake agent.
-	stateagent "kvrouter/internal/agent"
 	"kvrouter/internal/index"
+	kvingest "kvrouter/internal/ingest"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
@@ -48,11 +47,11 @@ type ingest struct {
 	// group kinds learnt from stores, and the salts of blocks under
 	// salted roots. Ranks may be followed on goroutines of their own.
 	mu     sync.Mutex
-	groups kvevents.GroupKinds   // the worker's, shared by its ranks
-	salts  []kvevents.SaltChains // per DP rank; nil for SGLang
+	groups kvingest.GroupKinds   // the worker's, shared by its ranks
+	salts  []kvingest.SaltChains // per DP rank; nil for SGLang
 	// With tp > 1, per DP rank, its TP shards' runner inventories folded
 	// into its cache owner's: a peer pulling a block needs every shard.
-	aggs []*stateagent.Aggregator
+	aggs []*kvingest.Aggregator
 }
 
 // newEngineIngest returns the ingest of spec's events into sink.
@@ -60,12 +59,12 @@ func newEngineIngest(spec WorkerSpec, sink *router.Sink, m *Metrics, log *slog.L
 	in := &ingest{id: spec.ID, dp: spec.DP, tp: max(spec.TP, 1), sglang: spec.Engine == router.EngineSGLang,
 		sink: sink, m: m, log: log, now: now}
 	if !in.sglang {
-		in.salts = make([]kvevents.SaltChains, in.dp)
+		in.salts = make([]kvingest.SaltChains, in.dp)
 	}
 	if in.tp > 1 {
-		in.aggs = make([]*stateagent.Aggregator, in.dp)
+		in.aggs = make([]*kvingest.Aggregator, in.dp)
 		for r := range in.aggs {
-			in.aggs[r] = stateagent.NewAggregator(in.tp)
+			in.aggs[r] = kvingest.NewAggregator(in.tp)
 		}
 	}
 	return in

@@ -1,4 +1,6 @@
-package kvevents
+package ingest
+
+import "kvrouter/internal/kvevents"
 
 // GroupKinds learns a hybrid model's KV group kinds from its stores: vLLM's
 // removals name their group only, and groups share block hashes, so a
@@ -9,14 +11,14 @@ type GroupKinds map[int]string
 
 // Of returns the spec kind of ev's group ("" when unknown), learning it
 // from a store that names it.
-func (g *GroupKinds) Of(ev *Event) string {
+func (g *GroupKinds) Of(ev *kvevents.Event) string {
 	switch {
-	case ev.Kind == KindStored && ev.SpecKind != "":
+	case ev.Kind == kvevents.KindStored && ev.SpecKind != "":
 		if *g == nil {
 			*g = GroupKinds{}
 		}
 		(*g)[ev.GroupIdx] = ev.SpecKind
-	case ev.Kind == KindRemoved && ev.SpecKind == "":
+	case ev.Kind == kvevents.KindRemoved && ev.SpecKind == "":
 		return (*g)[ev.GroupIdx]
 	}
 	return ev.SpecKind
@@ -38,15 +40,15 @@ type saltedBlock struct {
 // residency is the bit of an event's tier and owner: a block dropped from
 // the GPU may still be held in host memory or by the runner, and a store
 // under it there must still inherit its salt.
-func residency(ev *Event) uint8 {
+func residency(ev *kvevents.Event) uint8 {
 	return 1 << (uint(ev.Tier&3) | uint(ev.Ownership&1)<<2)
 }
 
 // Inherit gives a store the salt of the chain it extends, and keeps the
 // salted blocks in step with removals and clears.
-func (c *SaltChains) Inherit(ev *Event) {
+func (c *SaltChains) Inherit(ev *kvevents.Event) {
 	switch ev.Kind {
-	case KindStored:
+	case kvevents.KindStored:
 		if ev.CacheSalt == "" && ev.HasParent {
 			ev.CacheSalt = (*c)[ev.ParentHash].salt
 		}
@@ -67,7 +69,7 @@ func (c *SaltChains) Inherit(ev *Event) {
 			b.held |= bit
 			(*c)[h] = b
 		}
-	case KindRemoved:
+	case kvevents.KindRemoved:
 		bit := residency(ev)
 		for _, h := range ev.BlockHashes {
 			b, ok := (*c)[h]
@@ -80,7 +82,7 @@ func (c *SaltChains) Inherit(ev *Event) {
 				(*c)[h] = b
 			}
 		}
-	case KindCleared:
+	case kvevents.KindCleared:
 		*c = nil
 	}
 }
