@@ -206,7 +206,7 @@ func TestAggregator(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ag := NewAggregator(tt.ranks)
+			ag := newAggregator(tt.ranks)
 			ix, err := index.New(index.Config{BlockSize: tr.bs})
 			if err != nil {
 				t.Fatal(err)
@@ -244,7 +244,7 @@ func TestAggregator(t *testing.T) {
 func TestAggregatorRemap(t *testing.T) {
 	tr := newTree(4, "A:", "B:")
 	tr.engine["B"] = tr.engine["A"] // same engine hash, other tokens
-	ag := NewAggregator(2)
+	ag := newAggregator(2)
 	ix, _ := index.New(index.Config{BlockSize: 4})
 	owner := index.CacheOwner("o")
 	apply := func(tp int, op index.Op) {

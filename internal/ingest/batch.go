@@ -13,7 +13,8 @@ import (
 )
 
 // specFullAttention is vLLM's kv_cache_spec_kind of the full-attention KV
-// group, the one routing follows (docs/wire.md, KV groups).
+// group, the one routing follows: hybrid models emit one stream per KV
+// group and only this one keys the prefix by tokens alone.
 const specFullAttention = "full_attention"
 
 // step is one converted event and where it goes.

@@ -82,7 +82,7 @@ type Core struct {
 // rank is one DP rank's stream and the sources it feeds.
 type rank struct {
 	Rank
-	agg   *Aggregator    // non-nil: runner inventory arrives per TP shard
+	agg   *aggregator    // non-nil: runner inventory arrives per TP shard
 	srcs  []index.Source // the worker's, then the owner's
 	ready []bool         // as last told to the output, by srcs index
 
@@ -100,8 +100,8 @@ type rank struct {
 	// and nothing was lost or skipped). Only then does an unknown parent
 	// prove a gap the seq did not reveal.
 	complete bool
-	groups   GroupKinds // a hybrid model's KV groups, from stores
-	salts    SaltChains // with InheritSalt: blocks under salted roots
+	groups   groupKinds // a hybrid model's KV groups, from stores
+	salts    saltChains // with InheritSalt: blocks under salted roots
 }
 
 type gapSpan struct{ from, to uint64 }
@@ -129,7 +129,7 @@ func New(cfg Config, out Output) (*Core, error) {
 		if rk.HasOwner {
 			r.srcs = append(r.srcs, rk.Owner)
 			if cfg.TP > 1 {
-				r.agg = NewAggregator(cfg.TP)
+				r.agg = newAggregator(cfg.TP)
 			}
 		}
 		r.ready = make([]bool, len(r.srcs))

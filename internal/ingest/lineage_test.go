@@ -7,7 +7,7 @@ import (
 )
 
 func TestGroupKinds(t *testing.T) {
-	var g GroupKinds
+	var g groupKinds
 	for _, c := range []struct {
 		ev   kvevents.Event
 		want string
@@ -28,7 +28,7 @@ func TestGroupKinds(t *testing.T) {
 }
 
 func TestSaltChains(t *testing.T) {
-	var c SaltChains
+	var c saltChains
 	steps := []struct {
 		ev   kvevents.Event
 		want string // the store's salt after Inherit
