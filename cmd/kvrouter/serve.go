@@ -7,14 +7,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvrouter/internal/gateway"
+	"kvrouter/internal/direct"
+	"kvrouter/internal/serve"
 )
 
 func init() { commands = append(commands, newServeCmd) }
 
 func newServeCmd() *cobra.Command {
 	var gcPercent *int
-	o := gateway.Defaults()
+	o := serve.Defaults()
 	var (
 		workers  []string
 		setupMS  float64
@@ -22,26 +23,27 @@ func newServeCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Route OpenAI requests to the worker with the best KV cache overlap",
-		Long: `serve is the router: an OpenAI-compatible front door (POST /v1/completions,
-POST /v1/chat/completions, GET /v1/models) that tokenizes each request, finds
-the (worker, DP rank) whose caches hold the longest prefix, weighs that against
-load, proxies the request there (streams pass through as they come), and, when
-another worker's KV cache runner holds a longer prefix, attaches a kv.fetch
-hint naming that peer. Hints never change the chosen worker.
+		Short: "Run the router service: route OpenAI requests to the worker with the best KV cache overlap",
+		Long: `serve runs the router service: an OpenAI-compatible front door (POST
+/v1/completions, POST /v1/chat/completions, GET /v1/models) that tokenizes
+each request, asks the routing decision core for the (worker, DP rank) whose
+caches hold the longest prefix weighed against load, proxies the request
+there (streams pass through as they come), and, when another worker's KV
+cache runner holds a longer prefix, attaches a kv.fetch hint naming that
+peer. Hints never change the chosen worker.
 
 Workers come from two places:
   - state agents registering over NATS (--nats; without it an embedded NATS
     server starts and its URL is logged for agents to join); their events
     arrive through the agents' relays, snapshot first;
-  - --worker flags, for simple fleets without agents. The router then reads
-    the engine's KV events itself: it dials an engine that binds (events=;
-    DP rank r publishes on the port offset by r), or takes what engines send
-    to --events-bind (topic kv@<host>:<port>@<model>, the llm-d convention,
-    naming the worker by its url's host:port). A worker whose events never
-    arrive is routed in approximate mode: the router assumes the blocks of
-    the requests it sent stay cached for --approx-ttl, and never hints from
-    or to such guesses.
+  - --worker flags, for simple fleets without agents. The router service then
+    reads the engine's KV events itself: it dials an engine that binds
+    (events=; DP rank r publishes on the port offset by r), or takes what
+    engines send to --events-bind (topic kv@<host>:<port>@<model>, the llm-d
+    convention, naming the worker by its url's host:port). A worker whose
+    events never arrive is routed in approximate mode: the router service
+    assumes the blocks of the requests it sent stay cached for --approx-ttl,
+    and never hints from or to such guesses.
 
 --worker takes comma-separated key=value pairs:
   url=http://H:P        the engine's OpenAI server (required)
@@ -77,7 +79,7 @@ when --allow-target-override is set.`,
 			}
 			o.Log = stderrLogger(cmd, level)
 			for _, w := range workers {
-				spec, err := gateway.ParseWorkerSpec(w)
+				spec, err := direct.ParseWorkerSpec(w)
 				if err != nil {
 					return err
 				}
@@ -86,7 +88,7 @@ when --allow-target-override is set.`,
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
 			ctx, stop := interruptible(cmd)
 			defer stop()
-			return gateway.Run(ctx, o)
+			return serve.Run(ctx, o)
 		},
 	}
 	f := cmd.Flags()
@@ -97,7 +99,7 @@ when --allow-target-override is set.`,
 	f.StringVar(&o.Bucket, "discovery-bucket", o.Bucket, "NATS key-value bucket of worker registrations (the agents' --discovery-bucket)")
 	f.DurationVar(&o.Lease, "lease", o.Lease, "registration lease of the discovery bucket; must equal the agents' --lease")
 	f.StringArrayVar(&workers, "worker", nil, "an engine to route to without a state agent (repeatable; keys above)")
-	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router with their KV events, e.g. tcp://*:5557")
+	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router service with their KV events, e.g. tcp://*:5557")
 	f.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "default (the embedded demo tokenizer), engine (ask a worker's POST /tokenize), or the path of a tokenizer.json")
 	f.IntVar(&o.TokenizeCache, "tokenize-cache", o.TokenizeCache, "answers kept by --tokenizer engine (LRU)")
 	f.StringVar(&o.ChatTemplate, "chat-template", o.ChatTemplate, "chat format: chatml, llama3, plain, or the path of a Go text/template file")
@@ -121,7 +123,7 @@ when --allow-target-override is set.`,
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
 	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
 	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is unbounded")
-	f.StringVar(&o.Replica, "replica", "", "this router's name among replicas sharing load on NATS; empty picks a random one")
+	f.StringVar(&o.Replica, "replica", "", "this router service's name among replicas sharing load on NATS; empty picks a random one")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
 }
