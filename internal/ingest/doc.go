@@ -4,11 +4,10 @@
 // framework-owned blocks, index.CacheOwner for the runner's).
 //
 // It is a pure state machine in the style of etcd's raft: no sockets,
-// goroutines or clocks. Two drivers feed it, one goroutine each: the state
-// agent (internal/agent: its local index, published through the event
-// plane, is the Output) and serve's direct ingest for --worker and
-// --events-bind fleets (internal/gateway: the router's sink is the
-// Output). A driver decodes payloads at the edge and steps a rank with a
+// goroutines or clocks. Two drivers feed it, each serialising its calls:
+// the state agent (internal/agent: its local index, published through the
+// event plane, is the Output) and serve's direct ingest for --worker and
+// --events-bind fleets (internal/direct: the router's sink is the Output). A driver decodes payloads at the edge and steps a rank with a
 // Batch or with one of the stream's signals (Gap, Unrecoverable, Restart,
 // Reconnected, Engine); the core calls its Output's Apply, Reset, Ready
 // and Count.
