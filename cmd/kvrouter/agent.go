@@ -33,7 +33,7 @@ It subscribes to the KV events of every DP rank, splits worker-owned blocks
 (one source per DP rank) from runner-owned ones (one source per cache owner;
 with TP > 1 a block counts only while every TP rank's runner holds it), keeps
 a local index, and republishes every change on the event plane with its own
-gap-free cursor, answering snapshot requests so routers can join late.
+gap-free cursor, answering snapshot requests so router services can join late.
 Engine gaps are healed by replay; while one is open, or after an engine
 restart or lost events, the rank's sources are reset and not ready until the
 stream is in order again. On SIGINT/SIGTERM the sources are announced gone
@@ -66,8 +66,8 @@ and the worker deregistered.`,
 	fl.StringVar(&cfg.NATSURL, "nats", "", "NATS URL of the cluster, e.g. nats://nats:4222 (required unless --embedded-nats)")
 	fl.BoolVar(&cfg.EmbeddedNATS, "embedded-nats", false, "run a private embedded NATS server instead of --nats (tests; nobody else sees the worker)")
 	fl.DurationVar(&cfg.NATSTimeout, "nats-timeout", agent.DefaultNATSTimeout, "how long to keep retrying an unreachable --nats at start before exiting")
-	fl.DurationVar(&cfg.Lease, "lease", agent.DefaultLease, "registration lease: routers drop the worker if the agent stops refreshing it (every lease/3); at least 1s")
-	fl.StringVar(&cfg.Bucket, "discovery-bucket", discovery.DefaultBucket, "NATS key-value bucket of worker registrations (the routers' --discovery-bucket)")
+	fl.DurationVar(&cfg.Lease, "lease", agent.DefaultLease, "registration lease: router services drop the worker if the agent stops refreshing it (every lease/3); at least 1s")
+	fl.StringVar(&cfg.Bucket, "discovery-bucket", discovery.DefaultBucket, "NATS key-value bucket of worker registrations (the router services' --discovery-bucket)")
 	fl.StringVar(&cfg.MetricsListen, "metrics-listen", "", "address to serve Prometheus /metrics and /healthz on, e.g. :9400; empty serves none")
 	_ = cmd.MarkFlagRequired("engine") // only fails for an unknown flag name
 	_ = cmd.MarkFlagRequired("engine-url")

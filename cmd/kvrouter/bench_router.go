@@ -8,20 +8,20 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvrouter/internal/routerbench"
+	"kvrouter/internal/servebench"
 )
 
 func init() { benchCommands = append(benchCommands, newBenchRouterCmd) }
 
 func newBenchRouterCmd() *cobra.Command {
 	var gcPercent *int
-	cfg := routerbench.DefaultConfig()
+	cfg := servebench.DefaultConfig()
 	var asJSON bool
 	var profile, memProfile string
 	cmd := &cobra.Command{
 		Use:   "router",
-		Short: "Measure the router's own cost: routed requests/s, added latency, CPU, memory",
-		Long: `Starts a router on loopback (as 'kvrouter serve' would, with its embedded
+		Short: "Measure the router service's own cost: routed requests/s, added latency, CPU, memory",
+		Long: `Starts the router service on loopback (as 'kvrouter serve' would, with its embedded
 NATS), registers --workers worker ranks through discovery the way state agents
 do (--dp ranks per worker, each rank with a cache owner and a hint endpoint),
 relays their caches over the event plane (system prompts shared by slices of
@@ -44,7 +44,7 @@ router_cpu_s_per_1k is the difference. Prompts are token ids unless --text.
 The run takes setup time plus --warmup plus twice --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// The router runs in this process: collect as kvrouter serve does.
+			// The router service runs in this process: collect as kvrouter serve does.
 			if err := applyGC(*gcPercent); err != nil {
 				return err
 			}
@@ -62,7 +62,7 @@ The run takes setup time plus --warmup plus twice --duration.`,
 				defer f.Close()
 				*p.w = f
 			}
-			res, err := routerbench.Run(cmd.Context(), cfg)
+			res, err := servebench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

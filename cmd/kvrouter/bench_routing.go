@@ -7,19 +7,19 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvrouter/internal/routingbench"
+	"kvrouter/internal/policybench"
 )
 
 func init() { benchCommands = append(benchCommands, newBenchRoutingCmd) }
 
 func newBenchRoutingCmd() *cobra.Command {
 	var (
-		o                       routingbench.Options
+		o                       policybench.Options
 		prefillUS, decodeMS     float64
 		restoreUS, setupMS      float64
 		pullSetupMS             float64
 		verbose                 bool
-		full, quick             = routingbench.Full(), routingbench.Quick()
+		full, quick             = policybench.Full(), policybench.Quick()
 		fw, qw                  = full.Agentic, quick.Agentic
 		think, burstEvery       time.Duration
 		sessions, turns, burst  int
@@ -33,7 +33,7 @@ func newBenchRoutingCmd() *cobra.Command {
 		Short: "Compare routing policies on a local cluster: recomputed tokens and time to first token",
 		Long: fmt.Sprintf(`routing starts a local cluster (an embedded NATS server, --engines simulated
 engines 'kvrouter mocker' each with a real KV cache runner and a state agent)
-and sends the same workload through a router once per policy:
+and sends the same workload through a router service once per policy:
 
   round_robin   --routing round-robin --hint-policy off
   random        --routing random --hint-policy off
@@ -42,9 +42,9 @@ and sends the same workload through a router once per policy:
   kv_hints      --routing kv --hint-policy cost
 
 Before each policy every engine is reset (POST /admin/reset: GPU pool and
-runner) and a fresh router is started, and the run waits until that router's
+runner) and a fresh router service is started, and the run waits until its
 index is empty: every policy starts cold on the same engines, and only the
-router's flags differ.
+router service's flags differ.
 
 Calibration. The cost policy hints when setup + bytes/bandwidth is below
 tokens/prefill_rate, so every term is set to what the engines really cost in
@@ -118,12 +118,12 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 			o.Agentic.UserTokens, o.Agentic.OutputTokens = userTokens, outTokens
 			o.Out, o.Err = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.TTY = isTerminal(os.Stderr)
-			_, err := routingbench.Run(ctx, o)
+			_, err := policybench.Run(ctx, o)
 			return err
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Workload, "workload", routingbench.WorkloadAgentic, "agentic (synthetic multi-turn sessions with bursts) or mooncake (a trace replay)")
+	f.StringVar(&o.Workload, "workload", policybench.WorkloadAgentic, "agentic (synthetic multi-turn sessions with bursts) or mooncake (a trace replay)")
 	f.StringVar(&o.Trace, "trace", "", "Mooncake JSONL trace for --workload mooncake; empty replays the embedded small trace")
 	f.BoolVar(&o.Quick, "quick", false, "scaled-down presets that finish in under a minute")
 	f.StringSliceVar(&o.Policies, "policies", nil, "comma-separated policies to run (default all: round_robin,random,least_loaded,kv,kv_hints)")

@@ -30,8 +30,8 @@ func newDemoCmd() *cobra.Command {
 separate process on 127.0.0.1: an embedded NATS server (in this process),
 --engines simulated engines ('kvrouter mocker', each with a real KV cache
 runner serving its peers over TCP), one state agent per engine ('kvrouter
-agent', registering the worker and relaying its KV events over NATS) and a
-router ('kvrouter serve').
+agent', registering the worker and relaying its KV events over NATS) and the
+router service ('kvrouter serve').
 
 It then sends a synthetic multi-turn agentic workload through the router:
 sessions that share system prompts, with bursts of sessions on one prompt that

@@ -3,45 +3,74 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"kvrouter/internal/gateway"
+	"kvrouter/internal/direct"
+	"kvrouter/internal/index"
+	"kvrouter/internal/serve"
+	"kvrouter/internal/sysmem"
 )
+
+// indexBudget resolves --index-memory: positive as given, negative as
+// unbounded (0 to the router), 0 derived from the machine's memory and the
+// collector's target, once the latter is applied.
+func indexBudget(flag int64, log *slog.Logger) int64 {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0:
+		return 0
+	}
+	avail, err := sysmem.Limit()
+	if err != nil {
+		log.Warn("index memory unbounded: the machine's memory is unknown; set --index-memory", "err", err)
+		return 0
+	}
+	gc := debug.SetGCPercent(100)
+	debug.SetGCPercent(gc)
+	budget := index.DefaultMaxBytes(avail, gc)
+	log.Info("index memory budget (--index-memory)", "bytes", budget, "machine_bytes", avail, "gc_percent", gc,
+		"blocks_one_holder", budget/(index.BytesPerBlock+index.BytesPerPair))
+	return budget
+}
 
 func init() { commands = append(commands, newServeCmd) }
 
 func newServeCmd() *cobra.Command {
 	var gcPercent *int
-	o := gateway.Defaults()
+	o := serve.Defaults()
 	var (
-		workers  []string
-		setupMS  float64
-		logLevel string
+		workers     []string
+		setupMS     float64
+		logLevel    string
+		indexMemory int64
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Route OpenAI requests to the worker with the best KV cache overlap",
-		Long: `serve is the router: an OpenAI-compatible front door (POST /v1/completions,
-POST /v1/chat/completions, GET /v1/models) that tokenizes each request, finds
-the (worker, DP rank) whose caches hold the longest prefix, weighs that against
-load, proxies the request there (streams pass through as they come), and, when
-another worker's KV cache runner holds a longer prefix, attaches a kv.fetch
-hint naming that peer. Hints never change the chosen worker.
+		Short: "Run the router service: route OpenAI requests to the worker with the best KV cache overlap",
+		Long: `serve runs the router service: an OpenAI-compatible front door (POST
+/v1/completions, POST /v1/chat/completions, GET /v1/models) that tokenizes
+each request, asks the routing decision core for the (worker, DP rank) whose
+caches hold the longest prefix weighed against load, proxies the request
+there (streams pass through as they come), and, when another worker's KV
+cache runner holds a longer prefix, attaches a kv.fetch hint naming that
+peer. Hints never change the chosen worker.
 
 Workers come from two places:
   - state agents registering over NATS (--nats; without it an embedded NATS
     server starts and its URL is logged for agents to join); their events
     arrive through the agents' relays, snapshot first;
-  - --worker flags, for simple fleets without agents. The router then reads
-    the engine's KV events itself: it dials an engine that binds (events=;
-    DP rank r publishes on the port offset by r), or takes what engines send
-    to --events-bind (topic kv@<host>:<port>@<model>, the llm-d convention,
-    naming the worker by its url's host:port). A worker whose events never
-    arrive is routed in approximate mode: the router assumes the blocks of
-    the requests it sent stay cached for --approx-ttl, and never hints from
-    or to such guesses.
+  - --worker flags, for simple fleets without agents. The router service then
+    reads the engine's KV events itself: it dials an engine that binds
+    (events=; DP rank r publishes on the port offset by r), or takes what
+    engines send to --events-bind (topic kv@<host>:<port>@<model>, the llm-d
+    convention, naming the worker by its url's host:port). A worker whose
+    events never arrive is routed in approximate mode: the router service
+    assumes the blocks of the requests it sent stay cached for --approx-ttl,
+    and never hints from or to such guesses.
 
 --worker takes comma-separated key=value pairs:
   url=http://H:P        the engine's OpenAI server (required)
@@ -77,16 +106,17 @@ when --allow-target-override is set.`,
 			}
 			o.Log = stderrLogger(cmd, level)
 			for _, w := range workers {
-				spec, err := gateway.ParseWorkerSpec(w)
+				spec, err := direct.ParseWorkerSpec(w)
 				if err != nil {
 					return err
 				}
 				o.Workers = append(o.Workers, spec)
 			}
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
+			o.MaxIndexBytes = indexBudget(indexMemory, o.Log)
 			ctx, stop := interruptible(cmd)
 			defer stop()
-			return gateway.Run(ctx, o)
+			return serve.Run(ctx, o)
 		},
 	}
 	f := cmd.Flags()
@@ -97,7 +127,7 @@ when --allow-target-override is set.`,
 	f.StringVar(&o.Bucket, "discovery-bucket", o.Bucket, "NATS key-value bucket of worker registrations (the agents' --discovery-bucket)")
 	f.DurationVar(&o.Lease, "lease", o.Lease, "registration lease of the discovery bucket; must equal the agents' --lease")
 	f.StringArrayVar(&workers, "worker", nil, "an engine to route to without a state agent (repeatable; keys above)")
-	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router with their KV events, e.g. tcp://*:5557")
+	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router service with their KV events, e.g. tcp://*:5557")
 	f.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "default (the embedded demo tokenizer), engine (ask a worker's POST /tokenize), or the path of a tokenizer.json")
 	f.IntVar(&o.TokenizeCache, "tokenize-cache", o.TokenizeCache, "answers kept by --tokenizer engine (LRU)")
 	f.StringVar(&o.ChatTemplate, "chat-template", o.ChatTemplate, "chat format: chatml, llama3, plain, or the path of a Go text/template file")
@@ -120,8 +150,12 @@ when --allow-target-override is set.`,
 	f.DurationVar(&o.UpstreamIdleTimeout, "upstream-idle-timeout", o.UpstreamIdleTimeout, "reuse a keep-alive connection to an engine only if idle less than this; keep it below the engine's keep-alive (uvicorn: 5s) and any proxy's in front of it (kvrouter_upstream_resends_total rising says it is too long)")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
 	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
-	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is unbounded")
-	f.StringVar(&o.Replica, "replica", "", "this router's name among replicas sharing load on NATS; empty picks a random one")
+	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is no block cap (--index-memory still bounds the index)")
+	f.Int64Var(&indexMemory, "index-memory", 0, "cap on each (model, block size) index's estimated memory, in bytes, least recently matched blocks evicted first; "+
+		"0 derives it from the machine: half the memory the process may use (the smaller of /proc/meminfo's MemTotal and the cgroup's memory limit) "+
+		"divided by the heap growth --gc-percent allows, a tenth of it at the default 400 (a block costs ~105 bytes held by one source, ~45 more per further source); "+
+		"negative is unbounded")
+	f.StringVar(&o.Replica, "replica", "", "this router service's name among replicas sharing load on NATS; empty picks a random one")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/ingest"
 	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
@@ -77,7 +78,7 @@ func BenchmarkCoreHandle(b *testing.B) {
 			n++
 		}
 		events += core.Stats().Events
-		if st := core.Stats(); st.Resets[ResetRejected]+st.Dropped[DropUnknownParent] != 0 {
+		if st := core.Stats(); st.Counts[ingest.ResetRejected]+st.Counts[ingest.DropUnknownParent] != 0 {
 			b.Fatalf("unexpected %+v", st)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/ingest"
 	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
@@ -109,7 +110,7 @@ func TestAgentBindModeEngineRestart(t *testing.T) {
 	c.expect(s, "no block of the old process", c.worker, "", true)
 	e.publish("", e.ev("store", false, "X"))
 	c.expect(s, "the new process's inventory", c.worker, "X@0", true)
-	if st := c.agent.Stats(); st.Resets[ResetReconnected] != 1 {
-		t.Fatalf("resets %v, want one after the reconnect", st.Resets)
+	if st := c.agent.Stats(); st.Counts[ingest.ResetReconnected] != 1 {
+		t.Fatalf("resets %v, want one after the reconnect", st.Counts)
 	}
 }

@@ -11,15 +11,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kvrouter/internal/cluster/clustertest"
 )
 
-// bin is kvrouter built once for the package's tests, without -race so
-// that the children start fast.
-var bin string
-
-func TestMain(m *testing.M) {
-	os.Exit(RunWithBinary(m, &bin))
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // testCtx bounds a test against hangs; it is not a timing assertion.
 func testCtx(t *testing.T) context.Context {
@@ -70,6 +66,7 @@ func TestPortCursorOverrun(t *testing.T) {
 // bound port is distinct and served by the cluster, and that Stop leaves no
 // process and no bound port behind.
 func TestStartStop(t *testing.T) {
+	bin := clustertest.Binary(t)
 	c, err := Start(testCtx(t), Options{Binary: bin, Engines: 2, DP: 2, TP: 2, BlockSize: 16,
 		RouterFlags: [][]string{nil, {"--hint-policy", "min-blocks"}}})
 	if err != nil {
@@ -149,6 +146,7 @@ func TestStartStop(t *testing.T) {
 // TestAddRouter: a router added later learns the workers, ready, from the
 // agents alone, and StopRouter ends only it.
 func TestAddRouter(t *testing.T) {
+	bin := clustertest.Binary(t)
 	c, err := Start(testCtx(t), Options{Binary: bin})
 	if err != nil {
 		t.Fatal(err)
@@ -175,6 +173,7 @@ func TestAddRouter(t *testing.T) {
 // TestStartRetriesLostPort: a port taken between the check and the child's
 // bind fails that attempt, and Start tries again on other ports.
 func TestStartRetriesLostPort(t *testing.T) {
+	bin := clustertest.Binary(t)
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +213,7 @@ func TestStartRetriesLostPort(t *testing.T) {
 // TestStartFailure: an engine that cannot start fails Start with its log,
 // and nothing is left running.
 func TestStartFailure(t *testing.T) {
+	bin := clustertest.Binary(t)
 	dir := t.TempDir()
 	_, err := Start(testCtx(t), Options{Binary: bin, Engines: 2, LogDir: dir,
 		EngineFlags: []string{"--max-model-len", "-5"}})

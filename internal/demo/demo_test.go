@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"kvrouter/internal/cluster"
+	"kvrouter/internal/cluster/clustertest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,13 +17,7 @@ import (
 	"time"
 )
 
-// bin is kvrouter built once for the package's tests, without -race so
-// that the cluster's processes start and run fast under go test -race.
-var bin string
-
-func TestMain(m *testing.M) {
-	os.Exit(cluster.RunWithBinary(m, &bin))
-}
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // testCtx bounds a test against hangs; it is not a timing assertion.
 func testCtx(t *testing.T) context.Context {
@@ -37,8 +31,10 @@ func testCtx(t *testing.T) context.Context {
 // output, the router's hint named A's runner, and after the eviction the
 // router attaches no hint.
 func TestSeedScenario(t *testing.T) {
+	bin := clustertest.Binary(t)
 	for _, flavor := range []string{"sglang", "vllm"} {
 		t.Run(flavor, func(t *testing.T) {
+			t.Parallel() // two demos, two clusters: nothing shared
 			logs := t.TempDir()
 			cmd := exec.CommandContext(testCtx(t), bin, "demo", "--scenario", "seed", "--json",
 				"--flavor", flavor, "--log-dir", logs)
@@ -109,8 +105,11 @@ func TestSeedScenario(t *testing.T) {
 // TestRunWorkload runs a small demo in process and checks the summary
 // against what the router counted.
 func TestRunWorkload(t *testing.T) {
+	bin := clustertest.Binary(t)
 	w := Workload()
 	w.Sessions, w.Turns, w.BurstSize = 6, 3, 3
+	// Short pauses: the checks count requests and cached prefixes, not pacing.
+	w.ThinkTime, w.BurstInterval = 100*time.Millisecond, 300*time.Millisecond
 	var out, errs bytes.Buffer
 	res, err := Run(testCtx(t), Options{Binary: bin, Engines: 2, Workload: w, Speedup: 4, JSON: true, Out: &out, Err: &errs})
 	if err != nil {
@@ -143,6 +142,7 @@ func TestRunWorkload(t *testing.T) {
 // TestRunCanceled: interrupting the demo while the workload runs stops
 // every process it started.
 func TestRunCanceled(t *testing.T) {
+	bin := clustertest.Binary(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	w := Workload()

@@ -2,7 +2,7 @@ package mocker
 
 import (
 	"bytes"
-	"kvrouter/internal/cluster"
+	"kvrouter/internal/cluster/clustertest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +12,8 @@ import (
 
 	"kvrouter/internal/kvhash"
 )
+
+func TestMain(m *testing.M) { clustertest.Main(m) }
 
 // proc is a `kvrouter mocker` process.
 type proc struct {
@@ -65,13 +67,7 @@ func startProc(t *testing.T, bin string, seed int) proc {
 // TestProcesses runs the acceptance path across two OS processes built from
 // cmd/kvrouter: every byte crosses real sockets between real processes.
 func TestProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs kvrouter processes")
-	}
-	bin, err := cluster.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clustertest.Binary(t)
 	a, b := startProc(t, bin, 0), startProc(t, bin, 0)
 	ref := startEngine(t, nil) // only for its tokenizer
 	prompt := longPrompt(t, ref, "processes", 2000)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
-	"kvrouter/internal/schedule"
 )
 
 // BenchmarkDecide: 1,000 worker ranks (500 workers of 2 DP ranks, each
@@ -53,7 +53,7 @@ func benchDecide(b *testing.B, systems int) {
 		}
 	}
 	for i := range 200 {
-		r.Load().Start(fmt.Sprint("inflight", i), schedule.Rank{Worker: fmt.Sprint("w", i%workers), DP: i % ranks}, 64, 8)
+		r.Load().Start(fmt.Sprint("inflight", i), cost.Rank{Worker: fmt.Sprint("w", i%workers), DP: i % ranks}, 64, 8)
 	}
 	r.RefreshSizes()
 	reqs := make([]Request, 64)

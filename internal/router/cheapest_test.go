@@ -7,9 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
-	"kvrouter/internal/schedule"
 )
 
 // TestCheapestMatchesFullList: the decision that prices ranks on the fly
@@ -48,7 +48,7 @@ func TestCheapestMatchesFullList(t *testing.T) {
 					f.store(w.ID, index.CacheOwner(w.Owners[rank]), storeOp(p, "", kvevents.TierExternal))
 				}
 				if rng.IntN(4) == 0 {
-					r.Load().Start(fmt.Sprint(w.ID, rank), schedule.Rank{Worker: w.ID, DP: rank}, float64(rng.IntN(64)), float64(rng.IntN(4)))
+					r.Load().Start(fmt.Sprint(w.ID, rank), cost.Rank{Worker: w.ID, DP: rank}, float64(rng.IntN(64)), float64(rng.IntN(4)))
 				}
 			}
 		}
@@ -100,7 +100,7 @@ func TestCheapestWarmTiesCold(t *testing.T) {
 	p := tokens(7, 4)
 	f.store("w2", index.WorkerRank("w2", 0), storeOp(p[:2*bs], "", kvevents.TierDevice))
 	// Two blocks of credit, two blocks of decode in flight: even.
-	r.Load().Start("x", schedule.Rank{Worker: "w2", DP: 0}, 0, 2)
+	r.Load().Start("x", cost.Rank{Worker: "w2", DP: 0}, 0, 2)
 	seen := map[string]bool{}
 	for q := range 64 {
 		req := Request{Model: "m", Tokens: append(append([]uint32(nil), p...), tokens(uint32(q+1)<<20, 1)...)}

@@ -7,11 +7,11 @@ import (
 	"slices"
 	"strings"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
-	"kvrouter/internal/schedule"
 )
 
 // Request is what a decision needs to know about an inference request.
@@ -98,7 +98,7 @@ type group struct {
 	matches []index.Match // ms.List
 	slots   []int32       // by match: its source's slot, -1 for none
 	at      []int32       // by source slot: 1 + the position of its match, 0 for none
-	cands   []schedule.Candidate
+	cands   []cost.Candidate
 }
 
 // match returns the match of the source in slot, if it matched.
@@ -185,10 +185,10 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		}
 		return nil, fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
 	}
-	var t schedule.Scored
+	var t cost.Scored
 	var g *group
-	var scored []schedule.Scored
-	if !mixed && !req.Explain && r.picker.Routing == schedule.RoutingKV && r.picker.Temperature == 0 {
+	var scored []cost.Scored
+	if !mixed && !req.Explain && r.picker.Routing == cost.RoutingKV && r.picker.Temperature == 0 {
 		g = groupOf(bs)
 		e, i := r.cheapest(g, ents, ranks, included, ld, req)
 		t = r.cfg.Weights.Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
@@ -212,7 +212,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		scored, of = ld.scored[:0], ld.of
 		for _, g := range groups {
 			base := len(scored)
-			scored = schedule.AppendScores(scored, r.cfg.Weights, len(g.local), g.bs, g.cands)
+			scored = cost.AppendScores(scored, r.cfg.Weights, len(g.local), g.bs, g.cands)
 			s := scored[base:]
 			if g.bs != minBS {
 				scale := float64(g.bs) / float64(minBS)
@@ -260,7 +260,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	return d, nil
 }
 
-func candidateOf(s schedule.Scored) Candidate {
+func candidateOf(s cost.Scored) Candidate {
 	return Candidate{
 		Worker: s.Worker, Rank: s.Rank,
 		OverlapBlocks: s.DeviceOverlap + s.HostOverlap + s.DiskOverlap,
@@ -271,17 +271,17 @@ func candidateOf(s schedule.Scored) Candidate {
 }
 
 // candidate gathers the overlaps and load of the worker's i-th rank.
-func (r *Router) candidate(g *group, e *entry, i int, ld *loads) schedule.Candidate {
-	var c schedule.Candidate
+func (r *Router) candidate(g *group, e *entry, i int, ld *loads) cost.Candidate {
+	var c cost.Candidate
 	r.fill(&c, g, e, i, ld)
 	return c
 }
 
 // fill is candidate writing in place: a decision prices a thousand ranks.
-func (r *Router) fill(c *schedule.Candidate, g *group, e *entry, i int, ld *loads) {
+func (r *Router) fill(c *cost.Candidate, g *group, e *entry, i int, ld *loads) {
 	w := &e.w
 	rank := w.DPStart + i
-	*c = schedule.Candidate{Worker: w.ID, Rank: rank}
+	*c = cost.Candidate{Worker: w.ID, Rank: rank}
 	depth := 0
 	ref := &e.ranks[i]
 	if m := g.match(ref.slot); m != nil {
@@ -302,7 +302,7 @@ func (r *Router) fill(c *schedule.Candidate, g *group, e *entry, i int, ld *load
 	l := ld.by[ref.slot]
 	c.ActivePrefillTokens, c.ActiveDecodeBlocks, c.ActiveRequests = l.PrefillTokens, l.DecodeBlocks, l.Requests
 	if len(r.engine) > 0 {
-		if el, ok := r.engine[schedule.Rank{Worker: w.ID, DP: rank}]; ok {
+		if el, ok := r.engine[cost.Rank{Worker: w.ID, DP: rank}]; ok {
 			// The engine sees requests other routers sent; take whichever
 			// view shows more work.
 			c.ActiveRequests = max(c.ActiveRequests, int(el.Running+el.Waiting))

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
-	"kvrouter/internal/schedule"
 )
 
 // TestHints starts from a fleet where target a holds 2 device blocks of an
@@ -90,7 +90,7 @@ func TestHints(t *testing.T) {
 			edit: func(f *fleet, _ *Request) {
 				f.r.Remove("b", t0)
 				f.add(agg("c", 1)) // something to route to besides a
-				f.r.Load().Start("busy-c", schedule.Rank{Worker: "c", DP: 0}, 1e6, 0)
+				f.r.Load().Start("busy-c", cost.Rank{Worker: "c", DP: 0}, 1e6, 0)
 			},
 			reason: hints.ReasonHinted, reach: 6},
 		{name: "a detached owner expires",
@@ -110,7 +110,7 @@ func TestHints(t *testing.T) {
 				}
 				d := decide(f.t, f.r, Request{Model: "m", Tokens: prompt, Target: "x"})
 				f.r.Commit(d, t0)
-				f.r.Load().Start("busy-x", schedule.Rank{Worker: "x", DP: 0}, 1e6, 0)
+				f.r.Load().Start("busy-x", cost.Rank{Worker: "x", DP: 0}, 1e6, 0)
 			},
 			reason: hints.ReasonSourceNotCapable, reach: 8},
 	}
@@ -120,7 +120,7 @@ func TestHints(t *testing.T) {
 			f := newFleet(t, r, agg("a", 1), agg("b", 1))
 			f.store("a", index.WorkerRank("a", 0), storeOp(prompt[:2*bs], "", kvevents.TierDevice))
 			f.store("b", index.CacheOwner("owner-b-0"), storeOp(prompt[:6*bs], "", kvevents.TierExternal))
-			r.Load().Start("busy-b", schedule.Rank{Worker: "b", DP: 0}, 1e6, 0)
+			r.Load().Start("busy-b", cost.Rank{Worker: "b", DP: 0}, 1e6, 0)
 			req := Request{Model: "m", Tokens: prompt}
 			if tc.edit != nil {
 				tc.edit(f, &req)
@@ -157,7 +157,7 @@ func TestHintOutlivesLaterDecisions(t *testing.T) {
 		f.store("a", index.WorkerRank("a", 0), storeOp(p[:2*bs], "", kvevents.TierDevice))
 		f.store("b", index.CacheOwner("owner-b-0"), storeOp(p[:6*bs], "", kvevents.TierExternal))
 	}
-	r.Load().Start("busy-b", schedule.Rank{Worker: "b", DP: 0}, 1e6, 0)
+	r.Load().Start("busy-b", cost.Rank{Worker: "b", DP: 0}, 1e6, 0)
 	d := decide(t, r, Request{Model: "m", Tokens: first})
 	want := engineHashes(first[:6*bs], "")
 	if !slices.Equal(d.Hint.BlockHashes, want) {
@@ -211,7 +211,7 @@ func TestRoutingBaselinesAndHintsOff(t *testing.T) {
 		t.Fatalf("hints off: decision %+v hint %+v", d.HintDecision, d.Hint)
 	}
 
-	r = setup(func(c *Config) { c.Routing = schedule.RoutingRoundRobin })
+	r = setup(func(c *Config) { c.Routing = cost.RoutingRoundRobin })
 	var got []string
 	for range 4 {
 		got = append(got, target(decide(t, r, Request{Model: "m", Tokens: prompt})))
@@ -220,13 +220,13 @@ func TestRoutingBaselinesAndHintsOff(t *testing.T) {
 		t.Fatalf("round robin chose %v", got)
 	}
 
-	r = setup(func(c *Config) { c.Routing = schedule.RoutingLeastLoaded })
-	r.Load().Start("busy-b", schedule.Rank{Worker: "b", DP: 0}, 10, 0)
+	r = setup(func(c *Config) { c.Routing = cost.RoutingLeastLoaded })
+	r.Load().Start("busy-b", cost.Rank{Worker: "b", DP: 0}, 10, 0)
 	if d := decide(t, r, Request{Model: "m", Tokens: prompt}); d.Target.Worker.ID != "a" {
 		t.Fatalf("least loaded chose %s, want the idle a", target(d))
 	}
-	r.Load().Start("busy-a1", schedule.Rank{Worker: "a", DP: 0}, 10, 0)
-	r.Load().Start("busy-a2", schedule.Rank{Worker: "a", DP: 0}, 10, 0)
+	r.Load().Start("busy-a1", cost.Rank{Worker: "a", DP: 0}, 10, 0)
+	r.Load().Start("busy-a2", cost.Rank{Worker: "a", DP: 0}, 10, 0)
 	if d := decide(t, r, Request{Model: "m", Tokens: prompt}); d.Target.Worker.ID != "b" {
 		t.Fatalf("least loaded chose %s, want b (fewer requests, despite a's cache)", target(d))
 	}

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"kvrouter/internal/schedule"
+	"kvrouter/internal/cost"
 )
 
 // loads is a decision's working memory, pooled: the in-flight load of every
@@ -14,10 +14,10 @@ import (
 // by starts and ends all zero), and the priced candidates. Nothing in a
 // Decision points into it.
 type loads struct {
-	by       []schedule.RankLoad // by slot
-	set      []int32             // slots set in by
+	by       []cost.RankLoad // by slot
+	set      []int32         // slots set in by
 	inflight []rankLoad
-	scored   []schedule.Scored
+	scored   []cost.Scored
 	of       []*group // by scored candidate, with several block sizes
 	ties     []tie
 	hit      []tie    // the ranks with work in flight
@@ -27,8 +27,8 @@ type loads struct {
 }
 
 type rankLoad struct {
-	rank schedule.Rank
-	load schedule.RankLoad
+	rank cost.Rank
+	load cost.RankLoad
 }
 
 // readLoads fills a loads from the tracker. Callers hold mu.
@@ -38,10 +38,10 @@ func (r *Router) readLoads() *loads {
 		l = &loads{}
 	}
 	if len(l.by) < len(r.slotSrc) {
-		l.by = make([]schedule.RankLoad, len(r.slotSrc))
+		l.by = make([]cost.RankLoad, len(r.slotSrc))
 	}
 	// Copied out first: the tracker's lock is not held over map lookups.
-	r.load.Each(func(k schedule.Rank, rl schedule.RankLoad) {
+	r.load.Each(func(k cost.Rank, rl cost.RankLoad) {
 		l.inflight = append(l.inflight, rankLoad{k, rl})
 	})
 	for _, f := range l.inflight {
@@ -57,7 +57,7 @@ func (r *Router) readLoads() *loads {
 
 func (r *Router) releaseLoads(l *loads) {
 	for _, slot := range l.set {
-		l.by[slot] = schedule.RankLoad{}
+		l.by[slot] = cost.RankLoad{}
 	}
 	l.set, l.inflight = l.set[:0], l.inflight[:0]
 	clear(l.of) // keeps no group or entry alive
@@ -67,7 +67,7 @@ func (r *Router) releaseLoads(l *loads) {
 	r.loads.Put(l)
 }
 
-// cheapest is schedule.Choose at temperature 0 over the ranks of the
+// cheapest is cost.Choose at temperature 0 over the ranks of the
 // included workers, all of g's block size, without materialising them: a
 // decision over a thousand ranks spent most of its time writing and
 // re-reading candidates only to keep one. It prices each rank as it goes
@@ -80,7 +80,7 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 	b := best{ties: ld.ties[:0]}
 	filtered := req.Target != "" || len(req.Exclude) > 0
 	w := &r.cfg.Weights
-	var c schedule.Candidate
+	var c cost.Candidate
 	for _, e := range ents {
 		if filtered && !included(e) {
 			continue
@@ -107,7 +107,7 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 //
 // Of the warm ranks, those with work in flight are priced first; the others
 // cost no less than the floor of the deepest match that warms them
-// (schedule.Weights.Floor), and the matches come deepest first. So once a
+// (cost.Weights.Floor), and the matches come deepest first. So once a
 // match's floor is above the cheapest rank found, neither its ranks nor any
 // after it can be among the cheapest, and they are left unpriced: when one
 // rank holds a conversation that a hundred others share only the system
@@ -119,7 +119,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 	}
 	w := &r.cfg.Weights
 	blocks := len(g.local)
-	cold := w.Cost(blocks, g.bs, &schedule.Candidate{})
+	cold := w.Cost(blocks, g.bs, &cost.Candidate{})
 	if len(ld.mark) < len(r.slotSrc) {
 		ld.mark = make([]uint32, len(r.slotSrc))
 	}
@@ -129,7 +129,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 	}
 	filtered := req.Target != "" || len(req.Exclude) > 0
 	b := best{ties: ld.ties[:0]}
-	var c schedule.Candidate
+	var c cost.Candidate
 	price := func(h tie) {
 		if ld.mark[h.slot] == ld.gen || (filtered && !included(h.e)) {
 			return

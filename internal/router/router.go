@@ -8,18 +8,18 @@ import (
 	"sync"
 	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
-	"kvrouter/internal/schedule"
 )
 
 // Config configures a Router.
 type Config struct {
-	Weights     schedule.Weights
+	Weights     cost.Weights
 	Temperature float64
-	// Routing chooses the target; "" is schedule.RoutingKV. The baselines
+	// Routing chooses the target; "" is cost.RoutingKV. The baselines
 	// exist to measure kv routing against.
-	Routing schedule.Routing
+	Routing cost.Routing
 	// NoHints turns hints off: every decision says hints.ReasonDisabled,
 	// and Policy may be nil.
 	NoHints bool
@@ -35,6 +35,9 @@ type Config struct {
 	DetachedOwnerTTL time.Duration
 	// MaxBlocks caps each (model, block size) index; 0 is unbounded.
 	MaxBlocks int
+	// MaxIndexBytes caps each (model, block size) index's estimated
+	// memory (index.Config.MaxBytes); 0 is unbounded.
+	MaxIndexBytes int64
 }
 
 // EngineLoad is what a worker's engine reports about its own load.
@@ -51,8 +54,8 @@ type EngineLoad struct {
 type Router struct {
 	cfg    Config
 	set    *index.Set
-	load   *schedule.Load
-	picker *schedule.Picker
+	load   *cost.Load
+	picker *cost.Picker
 
 	mu       sync.RWMutex
 	workers  map[string]*entry
@@ -61,7 +64,7 @@ type Router struct {
 	owners   map[string]*owner
 	policies map[int]hints.Policy
 	live     bool // the discovery watch is in step
-	engine   map[schedule.Rank]EngineLoad
+	engine   map[cost.Rank]EngineLoad
 	sizes    map[index.Source]Blocks
 	gen      uint64
 
@@ -125,23 +128,23 @@ func New(cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("router: temperature %v must not be negative", cfg.Temperature)
 	}
 	if cfg.Routing == "" {
-		cfg.Routing = schedule.RoutingKV
+		cfg.Routing = cost.RoutingKV
 	}
-	if _, err := schedule.ParseRouting(string(cfg.Routing)); err != nil {
+	if _, err := cost.ParseRouting(string(cfg.Routing)); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	return &Router{
 		cfg:      cfg,
-		picker:   &schedule.Picker{Routing: cfg.Routing, Temperature: cfg.Temperature},
-		set:      index.NewSet(cfg.MaxBlocks),
-		load:     schedule.NewLoad(),
+		picker:   &cost.Picker{Routing: cfg.Routing, Temperature: cfg.Temperature},
+		set:      index.NewSet(cfg.MaxBlocks, cfg.MaxIndexBytes),
+		load:     cost.NewLoad(),
 		workers:  map[string]*entry{},
 		models:   map[string][]*entry{},
 		ready:    map[index.Source]bool{},
 		owners:   map[string]*owner{},
 		policies: map[int]hints.Policy{},
 		live:     true,
-		engine:   map[schedule.Rank]EngineLoad{},
+		engine:   map[cost.Rank]EngineLoad{},
 		sizes:    map[index.Source]Blocks{},
 		approx:   map[index.Source]map[uint64]time.Time{},
 		slots:    map[index.Source]int32{},
@@ -153,7 +156,7 @@ func New(cfg Config) (*Router, error) {
 
 // Load is the in-flight tracker the router scores with; the services record
 // requests (theirs and their peers') in it.
-func (r *Router) Load() *schedule.Load { return r.load }
+func (r *Router) Load() *cost.Load { return r.load }
 
 // Upsert adds a worker or updates it; repeated registrations of the same
 // worker (lease refreshes) change nothing. Ranks it no longer serves and
@@ -278,7 +281,7 @@ func (r *Router) removeLocked(id string, now time.Time) {
 	for rank := e.w.DPStart; rank < e.w.DPStart+e.w.DPSize; rank++ {
 		src := index.WorkerRank(id, rank)
 		r.dropSource(src)
-		delete(r.engine, schedule.Rank{Worker: id, DP: rank})
+		delete(r.engine, cost.Rank{Worker: id, DP: rank})
 	}
 	for oid, o := range r.owners {
 		if o.worker == id {
@@ -337,7 +340,7 @@ func (r *Router) SetEngineLoad(worker string, rank int, l EngineLoad) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.workers[worker]; e != nil && e.w.HasRank(rank) {
-		r.engine[schedule.Rank{Worker: worker, DP: rank}] = l
+		r.engine[cost.Rank{Worker: worker, DP: rank}] = l
 	}
 }
 

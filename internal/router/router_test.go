@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"kvrouter/internal/discovery"
+	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
-	"kvrouter/internal/schedule"
 )
 
 const bs = 4
@@ -46,7 +45,7 @@ func storeOp(toks []uint32, salt string, tier kvevents.Tier) index.Op {
 func newRouter(t testing.TB, edit func(*Config)) *Router {
 	t.Helper()
 	cfg := Config{
-		Weights:          schedule.DefaultWeights(),
+		Weights:          cost.DefaultWeights(),
 		Policy:           func(int) (hints.Policy, error) { return hints.MinBlocks(1), nil },
 		ApproxTTL:        time.Minute,
 		DetachedOwnerTTL: time.Minute,
@@ -149,7 +148,7 @@ func TestRouting(t *testing.T) {
 			setup: func(f *fleet) {
 				f.store("b", index.WorkerRank("b", 0), storeOp(prompt[:6*bs], "", kvevents.TierDevice))
 				for i := range 3 {
-					f.r.Load().Start(fmt.Sprint("busy", i), schedule.Rank{Worker: "b", DP: 0}, 2000, 50)
+					f.r.Load().Start(fmt.Sprint("busy", i), cost.Rank{Worker: "b", DP: 0}, 2000, 50)
 				}
 			},
 			not: "b/0"},
@@ -224,7 +223,7 @@ func TestCandidateTerms(t *testing.T) {
 	op.Hashes, op.Local, op.Parent, op.HasParent = op.Hashes[3:], op.Local[3:], op.Hashes[2], true
 	f.store("a", index.WorkerRank("a", 0), op)
 	f.store("a", index.CacheOwner("owner-a-0"), storeOp(prompt[:7*bs], "", kvevents.TierExternal))
-	r.Load().Start("x", schedule.Rank{Worker: "a", DP: 0}, 40, 3)
+	r.Load().Start("x", cost.Rank{Worker: "a", DP: 0}, 40, 3)
 	d := decide(t, r, Request{Model: "m", Tokens: prompt, Explain: true})
 	c := d.Candidates[0]
 	if d.Chosen != c {
@@ -302,72 +301,6 @@ func TestMixedBlockSizes(t *testing.T) {
 	// A store with another block size than registered is refused.
 	if err := f.sinks["small"].Apply(index.WorkerRank("small", 0), []index.Op{op}); !errors.Is(err, index.ErrBlockSize) {
 		t.Fatalf("block size mismatch: %v", err)
-	}
-}
-
-func TestFromRegistration(t *testing.T) {
-	rd := func(kv ...any) discovery.RuntimeData {
-		var d discovery.RuntimeData
-		for i := 0; i < len(kv); i += 2 {
-			d, _ = d.Set(kv[i].(string), kv[i+1])
-		}
-		return d
-	}
-	base := discovery.Worker{ID: "w", Model: "m", URL: "http://w", BlockSize: 16, DPStart: 2, DPSize: 2}
-	tests := []struct {
-		name    string
-		edit    func(*discovery.Worker)
-		err     bool
-		refusal bool
-		check   func(Worker) bool
-	}{
-		{name: "plain vLLM worker", check: func(w Worker) bool {
-			return w.Engine == EngineVLLM && w.Placement == hints.PlaceVLLM && !w.Capability.CanConsume
-		}},
-		{name: "SGLang with capability and owners",
-			edit: func(d *discovery.Worker) {
-				d.Engine = "sglang"
-				d.RuntimeData = rd("router_hint_source_control_endpoints", map[string]string{"2": "tcp://h:1", "3": "tcp://h:2"},
-					"router_hint_worker_type", "prefill", "router_hint", true)
-				d.Owners = map[string]string{"3": "o3"}
-			},
-			check: func(w Worker) bool {
-				return w.Placement == hints.PlaceSGLang && w.Capability.CanConsume && w.Capability.Type == hints.TypePrefill &&
-					w.Capability.Endpoints[3] == "tcp://h:2" && w.Owners[3] == "o3"
-			}},
-		{name: "a bad capability routes without hints",
-			edit:    func(d *discovery.Worker) { d.RuntimeData = rd("router_hint", "yes") },
-			refusal: true, check: func(w Worker) bool { return !w.Capability.CanConsume }},
-		{name: "a refusal wins over the capability",
-			edit: func(d *discovery.Worker) {
-				d.RuntimeData = rd("router_hint", true)
-				d.Refusal = "DP>1 is not supported"
-			},
-			refusal: true, check: func(w Worker) bool { return !w.Capability.CanConsume }},
-		{name: "owner of a rank outside the worker", edit: func(d *discovery.Worker) { d.Owners = map[string]string{"0": "o"} }, err: true},
-		{name: "unknown engine", edit: func(d *discovery.Worker) { d.Engine = "tgi" }, err: true},
-		{name: "invalid registration", edit: func(d *discovery.Worker) { d.BlockSize = 0 }, err: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			d := base
-			if tc.edit != nil {
-				tc.edit(&d)
-			}
-			w, err := FromRegistration(d)
-			if tc.err {
-				if !errors.Is(err, ErrBadWorker) {
-					t.Fatalf("err = %v, want ErrBadWorker", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if (w.Refusal != "") != tc.refusal || !tc.check(w) {
-				t.Fatalf("worker %+v", w)
-			}
-		})
 	}
 }
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/index"
-	"kvrouter/internal/schedule"
 )
 
 // Blocks counts a source's blocks per tier, indexed by kvevents.Tier.
@@ -18,7 +18,7 @@ type RankView struct {
 	Endpoint string
 	Ready    bool
 	Blocks   Blocks
-	Load     schedule.RankLoad
+	Load     cost.RankLoad
 	Engine   *EngineLoad
 }
 
@@ -63,8 +63,8 @@ func (r *Router) View() ([]WorkerView, []OwnerView) {
 		for rank := w.DPStart; rank < w.DPStart+w.DPSize; rank++ {
 			src := index.WorkerRank(w.ID, rank)
 			rv := RankView{Rank: rank, Endpoint: w.Capability.Endpoints[rank], Ready: r.ready[src],
-				Blocks: r.sizes[src], Load: r.load.Of(schedule.Rank{Worker: w.ID, DP: rank})}
-			if el, ok := r.engine[schedule.Rank{Worker: w.ID, DP: rank}]; ok {
+				Blocks: r.sizes[src], Load: r.load.Of(cost.Rank{Worker: w.ID, DP: rank})}
+			if el, ok := r.engine[cost.Rank{Worker: w.ID, DP: rank}]; ok {
 				rv.Engine = &el
 			}
 			v.Ranks = append(v.Ranks, rv)

@@ -1,19 +1,18 @@
-// Package router is kvrouter's decision core: the table of workers and the
+// Package router is the routing decision core: the table of workers and the
 // data-parallel ranks they serve, the inventory view with each source's
 // readiness, the candidates a request could go to and their cost, and the
-// hint the chosen target gets.
+// hint the chosen target gets. The router service that runs it, `kvrouter
+// serve`, is package serve.
 //
-// It is pure: no sockets, clocks or goroutines of its own. Services feed it
-// registrations, events and the time; it answers decisions. Everything is
-// safe for concurrent use.
+// It is pure: no sockets, clocks or goroutines of its own. The service's
+// packages feed it registrations, events and the time; it answers
+// decisions. Everything is safe for concurrent use.
 package router
 
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
-	"kvrouter/internal/discovery"
 	"kvrouter/internal/hints"
 )
 
@@ -127,49 +126,4 @@ func PlacementFor(engine string) (hints.Placement, error) {
 		return hints.PlaceVLLM, nil
 	}
 	return 0, fmt.Errorf("%w: engine %q: want %q or %q", ErrBadWorker, engine, EngineVLLM, EngineSGLang)
-}
-
-// FromRegistration turns a state agent's registration into a Worker. A
-// capability that does not parse, or a registration that carries a refusal,
-// leaves the worker routable without hints: the reason goes to Refusal.
-func FromRegistration(dw discovery.Worker) (Worker, error) {
-	if err := dw.Validate(); err != nil {
-		return Worker{}, fmt.Errorf("%w: %v", ErrBadWorker, err)
-	}
-	engine := dw.Engine
-	if engine == "" {
-		engine = EngineVLLM
-	}
-	p, err := PlacementFor(engine)
-	if err != nil {
-		return Worker{}, err
-	}
-	w := Worker{
-		ID: dw.ID, Model: dw.Model, URL: dw.URL, Engine: engine, BlockSize: dw.BlockSize,
-		DPStart: dw.DPStart, DPSize: dw.DPSize, Mode: ModeEvents, Origin: OriginDiscovery,
-		Placement: p, Refusal: dw.Refusal,
-	}
-	if len(dw.Owners) > 0 {
-		w.Owners = make(map[int]string, len(dw.Owners))
-		for k, owner := range dw.Owners {
-			rank, err := strconv.Atoi(k)
-			if err != nil || !w.HasRank(rank) || owner == "" {
-				return Worker{}, fmt.Errorf("%w: %s: owners[%q] = %q: want a global DP rank of the worker and an owner id",
-					ErrBadWorker, dw.ID, k, owner)
-			}
-			w.Owners[rank] = owner
-		}
-	}
-	if w.Refusal != "" {
-		return w, nil
-	}
-	data, err := dw.RuntimeData.Map()
-	if err == nil {
-		w.Capability, err = hints.ParseCapability(data)
-	}
-	if err != nil {
-		w.Capability = hints.Capability{}
-		w.Refusal = "runtime_data: " + err.Error()
-	}
-	return w, nil
 }

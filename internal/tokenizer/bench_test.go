@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"os"
 	"testing"
 )
@@ -55,5 +56,29 @@ func BenchmarkDecode(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tok.Decode(ids)
+	}
+}
+
+// BenchmarkEncodeQwen3Prompt encodes a 1,536-token English prompt with
+// the real Qwen3 tokenizer (151k vocabulary), word cache warm: the cost on
+// a routed request's path.
+func BenchmarkEncodeQwen3Prompt(b *testing.B) {
+	tok, err := Load(bytes.NewReader(realTokenizerJSON(b, "qwen3")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := benchText(b)
+	ids := tok.Encode(text, false)
+	if len(ids) < 1536 {
+		b.Fatalf("bench text has %d tokens, want at least 1536", len(ids))
+	}
+	prompt := tok.Decode(ids[:1536])
+	if n := len(tok.Encode(prompt, false)); n < 1530 || n > 1542 {
+		b.Fatalf("prompt re-encodes to %d tokens", n)
+	}
+	b.SetBytes(int64(len(prompt)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tok.Encode(prompt, false)
 	}
 }

@@ -23,6 +23,10 @@ type decoderJSON struct {
 	Content  json.RawMessage   `json:"content"`
 	Start    int               `json:"start"`
 	Stop     int               `json:"stop"`
+	// Metaspace
+	Replacement    string `json:"replacement"`
+	PrependScheme  string `json:"prepend_scheme"`
+	AddPrefixSpace bool   `json:"add_prefix_space"`
 }
 
 // parseDecoder returns the steps of the decoder; a null decoder is
@@ -55,6 +59,13 @@ func appendDecodeSteps(steps *[]decodeStep, raw json.RawMessage, field string) e
 		*steps = append(*steps, byteFallbackDecoder{})
 	case "Fuse":
 		*steps = append(*steps, fuseDecoder{})
+	case "Metaspace":
+		r, n := utf8.DecodeRuneInString(j.Replacement)
+		if n == 0 || n != len(j.Replacement) {
+			return invalid(field+".replacement", "%q (want one character)", j.Replacement)
+		}
+		strip := j.PrependScheme == "always" || j.PrependScheme == "first" || j.PrependScheme == "" && j.AddPrefixSpace
+		*steps = append(*steps, metaspaceDecoder{repl: r, stripFirst: strip})
 	case "Replace":
 		old, err := j.Pattern.literal(field + ".pattern")
 		if err != nil {
@@ -131,6 +142,32 @@ func (byteFallbackDecoder) decode(tokens []string) []string {
 		out = append(out, t)
 	}
 	flush()
+	return out
+}
+
+// metaspaceDecoder turns the replacement character back into spaces; in
+// the first token, where the pre-tokenizer prepended it, tokenizers drops
+// it instead.
+type metaspaceDecoder struct {
+	repl       rune
+	stripFirst bool
+}
+
+func (d metaspaceDecoder) decode(tokens []string) []string {
+	out := make([]string, len(tokens))
+	for i, t := range tokens {
+		var b strings.Builder
+		for _, r := range t {
+			switch {
+			case r != d.repl:
+				b.WriteRune(r)
+			case i == 0 && d.stripFirst:
+			default:
+				b.WriteByte(' ')
+			}
+		}
+		out[i] = b.String()
+	}
 	return out
 }
 

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -99,6 +100,64 @@ func FuzzChatTemplateConfig(f *testing.F) {
 		}
 		if _, err := tmpl.Render([]Message{{"system", "s"}, {"user", "u"}, {"tool", "t"}}, true); err != nil {
 			t.Fatalf("detected template does not render: %v", err)
+		}
+	})
+}
+
+// FuzzChatTemplate renders arbitrary requests with arbitrary templates:
+// no panic, and the same prompt twice.
+func FuzzChatTemplate(f *testing.F) {
+	for _, name := range []string{"qwen3.jinja", "gemma3.jinja", "deepseek-v3.jinja", "ministral3.jinja"} {
+		src, err := os.ReadFile("testdata/templates/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(src), []byte(`{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"u"}]},{"role":"assistant","content":"<think>r</think>a","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}],"tools":[{"type":"function","function":{"name":"f"}}],"chat_template_kwargs":{"enable_thinking":false}}`))
+	}
+	f.Add(`{% for m in messages %}{{ m.content | tojson(indent=2) }}{% break %}{% endfor %}{{ raise_exception('x') if tools }}`, []byte(`{"messages":[{"role":"user","content":null}],"continue_final_message":true,"add_generation_prompt":false}`))
+	f.Fuzz(func(t *testing.T, src string, body []byte) {
+		tmpl, err := NewChatTemplate(src)
+		if err != nil {
+			return
+		}
+		tmpl.Now = fixedNow
+		req, err := ParseChatRequest(body)
+		if err != nil {
+			return
+		}
+		a, errA := tmpl.Apply(req, &Config{SpecialTokens: map[string]string{"bos_token": "<s>"}})
+		b, errB := tmpl.Apply(req, &Config{SpecialTokens: map[string]string{"bos_token": "<s>"}})
+		if a != b || (errA == nil) != (errB == nil) {
+			t.Fatalf("two renderings differ: %q (%v), then %q (%v)", a, errA, b, errB)
+		}
+	})
+}
+
+// FuzzParseConfig feeds arbitrary tokenizer_config.json bytes to the
+// config loader and, when it loads, builds a model with it.
+func FuzzParseConfig(f *testing.F) {
+	for _, name := range []string{"qwen3", "llama2"} {
+		b, err := os.ReadFile("testdata/models/" + name + "/tokenizer_config.json")
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"tokenizer_class":"LlamaTokenizerFast","add_eos_token":true,"eos_token":{"content":"<|eot_id|>"},"chat_template":[{"name":"tool_use","template":"{{ x"}]}`))
+	tok := loadFixture(f, "llama3-mini.json")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseConfig(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("ParseConfig error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if m, err := NewModel(tok, cfg); err == nil {
+			m.EncodeText("Hello", true)
+			if m.Chat != nil {
+				m.RenderChat(&ChatRequest{Messages: []byte(`[{"role":"user","content":"hi"}]`)})
+			}
 		}
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 type normalizer interface {
@@ -51,13 +53,25 @@ func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
 	}
 	switch j.Type {
 	case "NFC":
-		// Identity: see the package documentation.
-		return nil, nil
+		return unicodeForm{norm.NFC}, nil
+	case "NFD":
+		return unicodeForm{norm.NFD}, nil
+	case "NFKC":
+		return unicodeForm{norm.NFKC}, nil
+	case "NFKD":
+		return unicodeForm{norm.NFKD}, nil
 	case "Lowercase":
 		return lowercase{}, nil
 	case "Prepend":
 		return prepend(j.Prepend), nil
 	case "Replace":
+		if j.Pattern.Regex != nil {
+			re, err := compileSplitRegex(*j.Pattern.Regex, field+".pattern")
+			if err != nil {
+				return nil, err
+			}
+			return replaceRegex{re: re, new: j.Content}, nil
+		}
 		old, err := j.Pattern.literal(field + ".pattern")
 		if err != nil {
 			return nil, err
@@ -121,6 +135,44 @@ func (p prepend) normalize(s string) string {
 type replace struct{ old, new string }
 
 func (r replace) normalize(s string) string { return strings.ReplaceAll(s, r.old, r.new) }
+
+// replaceRegex replaces every match of a regular expression; the
+// replacement is literal, as in tokenizers.
+type replaceRegex struct {
+	re  *splitRegex
+	new string
+}
+
+func (r replaceRegex) normalize(s string) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(s); {
+		start, end := r.re.next(s, i)
+		if start < 0 {
+			break
+		}
+		b.WriteString(s[last:start])
+		b.WriteString(r.new)
+		last, i = end, end
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// unicodeForm is one of the four Unicode normalization forms. Text that is
+// already in the form (nearly all text for NFC) is returned without a
+// copy.
+type unicodeForm struct{ f norm.Form }
+
+func (u unicodeForm) normalize(s string) string {
+	if u.f.IsNormalString(s) {
+		return s
+	}
+	return u.f.String(s)
+}
 
 type strip struct{ left, right bool }
 

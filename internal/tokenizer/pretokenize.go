@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"kvrouter/internal/tokenizer/internal/pretok"
 )
@@ -22,6 +23,9 @@ type preTokenizerJSON struct {
 	Behavior       string            `json:"behavior"`
 	Invert         bool              `json:"invert"`
 	Individual     bool              `json:"individual_digits"`
+	Replacement    string            `json:"replacement"`
+	PrependScheme  string            `json:"prepend_scheme"`
+	Split          *bool             `json:"split"`
 }
 
 // parsePreTokenizer flattens the pre-tokenizer into steps. byteLevel
@@ -68,11 +72,17 @@ func appendPreSteps(steps *[]preStep, byteLevel *bool, raw json.RawMessage, fiel
 		}
 		switch {
 		case j.Pattern.Regex != nil:
-			p, ok := pretok.Lookup(*j.Pattern.Regex)
-			if !ok {
-				return unsupported(field+".pattern", "regular expression %q is not one of the built-in splitters (%s)", *j.Pattern.Regex, patternNames())
+			// The well-known expressions have hand-written matchers, several
+			// times faster than a regexp; others go to Go's regexp.
+			if p, ok := pretok.Lookup(*j.Pattern.Regex); ok {
+				*steps = append(*steps, splitStep{find: p.Next, behavior: b, invert: j.Invert})
+				return nil
 			}
-			*steps = append(*steps, splitStep{find: p.Next, behavior: b, invert: j.Invert})
+			re, err := compileSplitRegex(*j.Pattern.Regex, field+".pattern")
+			if err != nil {
+				return err
+			}
+			*steps = append(*steps, splitStep{find: re.next, behavior: b, invert: j.Invert})
 		case j.Pattern.String != nil:
 			lit := *j.Pattern.String
 			if lit == "" {
@@ -82,6 +92,13 @@ func appendPreSteps(steps *[]preStep, byteLevel *bool, raw json.RawMessage, fiel
 		default:
 			return invalid(field+".pattern", "missing")
 		}
+		return nil
+	case "Metaspace":
+		m, err := parseMetaspace(j, field)
+		if err != nil {
+			return err
+		}
+		*steps = append(*steps, m)
 		return nil
 	case "Digits":
 		b := contiguous
@@ -96,12 +113,64 @@ func appendPreSteps(steps *[]preStep, byteLevel *bool, raw json.RawMessage, fiel
 	return unsupported(field+".type", "pre-tokenizer %q", j.Type)
 }
 
-func patternNames() string {
-	var names []string
-	for _, p := range pretok.Patterns {
-		names = append(names, p.Name())
+// prependScheme says where Metaspace adds its replacement character.
+type prependScheme uint8
+
+const (
+	prependAlways prependScheme = iota
+	prependNever
+	prependFirst // only before the piece at the start of the input
+)
+
+// metaspaceStep is the Metaspace pre-tokenizer of SentencePiece-style
+// tokenizers: spaces become the replacement character ("▁"), which is
+// prepended to the text and, with split, starts every piece.
+type metaspaceStep struct {
+	repl    string
+	scheme  prependScheme
+	splitOn bool
+}
+
+func parseMetaspace(j preTokenizerJSON, field string) (metaspaceStep, error) {
+	m := metaspaceStep{repl: j.Replacement, splitOn: j.Split == nil || *j.Split}
+	if utf8.RuneCountInString(m.repl) != 1 {
+		return m, invalid(field+".replacement", "%q (want one character)", m.repl)
 	}
-	return strings.Join(names, ", ")
+	switch j.PrependScheme {
+	case "always":
+	case "never":
+		m.scheme = prependNever
+	case "first":
+		m.scheme = prependFirst
+	case "":
+		// Files older than prepend_scheme say add_prefix_space.
+		if !j.AddPrefixSpace {
+			m.scheme = prependNever
+		}
+	default:
+		return m, invalid(field+".prepend_scheme", "%q (want always, never or first)", j.PrependScheme)
+	}
+	return m, nil
+}
+
+func (m metaspaceStep) split(dst []string, piece string) []string {
+	return m.splitAt(dst, piece, true)
+}
+
+// splitAt is split for a piece that does or does not start the input:
+// with prepend_scheme "first", tokenizers prepends only at offset 0, so
+// text after an added token gets no "▁".
+func (m metaspaceStep) splitAt(dst []string, piece string, atStart bool) []string {
+	piece = strings.ReplaceAll(piece, " ", m.repl)
+	if m.scheme == prependAlways || m.scheme == prependFirst && atStart {
+		if !strings.HasPrefix(piece, m.repl) {
+			piece = m.repl + piece
+		}
+	}
+	if !m.splitOn {
+		return append(dst, piece)
+	}
+	return splitStep{find: literalFinder(m.repl), behavior: mergedWithNext}.split(dst, piece)
 }
 
 // byteLevelStep is the splitting half of the ByteLevel pre-tokenizer; the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Tokenizer encodes text into token ids and decodes them back. It is
@@ -132,11 +133,18 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // add them to a plain prompt, but not to a prompt rendered from a chat
 // template, which carries them itself.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
+	if !utf8.ValidString(text) {
+		// Engines are handed Python str, never bytes: see the package
+		// documentation.
+		text = lossyUTF8([]byte(text))
+	}
 	ids := make([]uint32, 0, len(text)/4+4)
 	sc := scratchPool.Get().(*scratch)
+	atStart := true
 	t.added.raw.each(text, func(seg string, tok *addedToken) {
 		if tok != nil {
 			ids = append(ids, tok.id)
+			atStart = false
 			return
 		}
 		if t.normalizer != nil {
@@ -145,9 +153,10 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 		t.added.norm.each(seg, func(seg string, tok *addedToken) {
 			if tok != nil {
 				ids = append(ids, tok.id)
-				return
+			} else {
+				ids = t.encodeText(ids, seg, atStart, sc)
 			}
-			ids = t.encodeText(ids, seg, sc)
+			atStart = false
 		})
 	})
 	clear(sc.pieces[:cap(sc.pieces)])
@@ -160,13 +169,18 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 }
 
 // encodeText pre-tokenizes normalized text without added tokens and
-// encodes every piece.
-func (t *Tokenizer) encodeText(dst []uint32, s string, sc *scratch) []uint32 {
+// encodes every piece. atStart says that s begins the input text, which
+// Metaspace's prepend_scheme "first" needs to know.
+func (t *Tokenizer) encodeText(dst []uint32, s string, atStart bool, sc *scratch) []uint32 {
 	pieces := append(sc.pieces[:0], s)
 	for _, step := range t.pre {
 		next := sc.next[:0]
-		for _, p := range pieces {
-			next = step.split(next, p)
+		for k, p := range pieces {
+			if m, ok := step.(metaspaceStep); ok {
+				next = m.splitAt(next, p, atStart && k == 0)
+			} else {
+				next = step.split(next, p)
+			}
 		}
 		pieces, sc.next = next, pieces
 	}

@@ -1,0 +1,254 @@
+// This file holds the --worker fleet: engines brought up and their events followed.
+
+package direct
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"kvrouter/internal/kvstream"
+	"kvrouter/internal/router"
+)
+
+// Fleet brings up the --worker engines: it learns each one's model when
+// not given, registers it, and follows its KV events, dialing an engine
+// that binds (events=) or taking what engines send to --events-bind.
+type Fleet struct {
+	Specs      []WorkerSpec
+	EventsBind string
+	Router     *router.Router
+	Client     *http.Client
+	Metrics    *Metrics
+	Log        *slog.Logger
+	Now        func() time.Time
+
+	mu     sync.Mutex
+	byHost map[string]*flagWorker // URL host:port → worker, for bind-mode topics
+	warned map[string]bool
+}
+
+type flagWorker struct {
+	spec  WorkerSpec
+	model string  // "" until the worker answered /v1/models
+	in    *ingest // set once its events flow in on --events-bind
+}
+
+// Run brings the fleet up and follows it until ctx ends.
+func (f *Fleet) Run(ctx context.Context) {
+	f.byHost = map[string]*flagWorker{}
+	f.warned = map[string]bool{}
+	var wg sync.WaitGroup
+	for _, spec := range f.Specs {
+		fw := &flagWorker{spec: spec}
+		f.byHost[spec.hostPort()] = fw
+		wg.Go(func() { f.bringUp(ctx, fw) })
+	}
+	if f.EventsBind != "" {
+		wg.Go(func() { f.bind(ctx) })
+	}
+	wg.Wait()
+}
+
+func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
+	spec := fw.spec
+	model := spec.Model
+	for delay := 250 * time.Millisecond; model == ""; delay = min(2*delay, 5*time.Second) {
+		var err error
+		if model, err = askModel(ctx, f.Client, spec.URL); err == nil {
+			break
+		}
+		f.Log.Warn("worker: waiting for its /v1/models to name the model (or give model= in --worker)",
+			"worker", spec.ID, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+	if err := f.Router.Upsert(spec.worker(model, spec.Events != ""), f.Now()); err != nil {
+		f.Log.Error("worker: cannot add", "worker", spec.ID, "err", err)
+		return
+	}
+	f.Log.Info("worker: added", "worker", spec.ID, "model", model, "mode", modeOf(spec.Events != ""))
+	f.mu.Lock()
+	fw.model = model
+	f.mu.Unlock()
+	if spec.Events == "" {
+		return
+	}
+	sink, err := f.Router.Sink(spec.ID)
+	if err != nil {
+		f.Log.Error("worker: no sink", "worker", spec.ID, "err", err)
+		return
+	}
+	in := newEngineIngest(spec, sink, f.Metrics, f.Log, f.Now)
+	var wg sync.WaitGroup
+	for rank := range spec.DP {
+		wg.Go(func() { f.follow(ctx, spec, in, rank) })
+	}
+	wg.Wait()
+}
+
+func modeOf(events bool) string {
+	if events {
+		return router.ModeEvents.String()
+	}
+	return router.ModeApproximate.String()
+}
+
+// follow dials rank's publisher, whose port is the base port offset by
+// the rank, as the engines do.
+func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank int) {
+	ep, err := kvstream.EndpointForRank(spec.Events, rank)
+	if err != nil {
+		f.Log.Error("worker: events endpoint", "worker", in.id, "events", spec.Events, "err", err)
+		return
+	}
+	replay := ""
+	if spec.Replay != "" {
+		if replay, err = kvstream.EndpointForRank(spec.Replay, rank); err != nil {
+			f.Log.Error("worker: replay endpoint", "worker", in.id, "replay", spec.Replay, "err", err)
+			return
+		}
+	}
+	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: ep, ReplayEndpoint: replay, Logger: f.Log})
+	if err != nil {
+		f.Log.Error("worker: events", "worker", in.id, "err", err)
+		return
+	}
+	pump(ctx, sub, f.Log, func(it kvstream.Item) { in.handle(it, rank) })
+}
+
+// pump runs sub and hands its items to handle until ctx ends.
+func pump(ctx context.Context, sub *kvstream.Subscriber, log *slog.Logger, handle func(kvstream.Item)) {
+	items := make(chan kvstream.Item, 256)
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx, items) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				log.Error("events: subscriber stopped", "err", err)
+			}
+			return
+		case it := <-items:
+			handle(it)
+		}
+	}
+}
+
+// bind takes the events engines send to --events-bind (the llm-d
+// convention): the topic kv@<host>:<port>@<model> names the worker by its
+// URL's host:port. A worker first seen here leaves approximate mode.
+func (f *Fleet) bind(ctx context.Context) {
+	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: f.EventsBind, Bind: true, Logger: f.Log})
+	if err != nil {
+		f.Log.Error("--events-bind", "endpoint", f.EventsBind, "err", err)
+		return
+	}
+	f.Log.Info("events: listening for engines", "endpoint", f.EventsBind)
+	pump(ctx, sub, f.Log, func(it kvstream.Item) {
+		key := itemKey(it)
+		in := f.bound(key)
+		if in == nil {
+			f.Metrics.eventDropped.WithLabelValues("unknown_worker").Inc()
+			return
+		}
+		in.handle(it, -1)
+	})
+}
+
+// bound returns the ingest of the worker a bind-mode topic names, switching
+// the worker to events mode at its first batch.
+func (f *Fleet) bound(topic string) *ingest {
+	parts := strings.SplitN(topic, "@", 3)
+	host := ""
+	if len(parts) == 3 {
+		host = parts[1]
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fw := f.byHost[host]
+	if fw == nil || fw.model == "" {
+		if !f.warned[topic] {
+			f.warned[topic] = true
+			f.Log.Warn("events: topic names no --worker (yet); want kv@<host>:<port>@<model> matching a worker's url",
+				"topic", topic)
+		}
+		return nil
+	}
+	if fw.in != nil {
+		return fw.in
+	}
+	if fw.spec.Events != "" {
+		// Followed by dialing already: the same events twice would
+		// only confuse the sequence tracking.
+		return nil
+	}
+	if err := f.Router.Upsert(fw.spec.worker(fw.model, true), f.Now()); err != nil {
+		f.Log.Error("worker: cannot switch to events mode", "worker", fw.spec.ID, "err", err)
+		return nil
+	}
+	sink, err := f.Router.Sink(fw.spec.ID)
+	if err != nil {
+		return nil
+	}
+	f.Log.Info("worker: events arrive on --events-bind; leaving approximate mode", "worker", fw.spec.ID, "topic", topic)
+	fw.in = newEngineIngest(fw.spec, sink, f.Metrics, f.Log, f.Now)
+	return fw.in
+}
+
+func itemKey(it kvstream.Item) string {
+	switch v := it.(type) {
+	case kvstream.Message:
+		return v.Key
+	case kvstream.Gap:
+		return v.Key
+	case kvstream.Unrecoverable:
+		return v.Key
+	case kvstream.Restart:
+		return v.Key
+	}
+	return ""
+}
+
+// askModel reads the first model a worker's /v1/models lists.
+func askModel(ctx context.Context, c *http.Client, base string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("/v1/models: %s", resp.Status)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return "", fmt.Errorf("/v1/models: %w", err)
+	}
+	if len(list.Data) == 0 || list.Data[0].ID == "" {
+		return "", fmt.Errorf("/v1/models lists no model")
+	}
+	return list.Data[0].ID, nil
+}

@@ -1,0 +1,22 @@
+// This file holds the discovery follower's Prometheus metrics.
+
+package follow
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the discovery follower's Prometheus metrics.
+type Metrics struct {
+	resyncs       *prometheus.CounterVec
+	discoveryLost prometheus.Counter
+}
+
+// NewMetrics registers the discovery follower's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{}
+	m.resyncs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_relay_resyncs_total",
+		Help: "Snapshots taken from state agents, by reason (start, gap, epoch, rejected, malformed, overflow)."}, []string{"reason"})
+	m.discoveryLost = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_discovery_watch_lost_total",
+		Help: "Times the discovery watch was lost (no hints from agent-registered sources until it is back)."})
+	reg.MustRegister(m.resyncs, m.discoveryLost)
+	return m
+}

@@ -1,0 +1,71 @@
+// This file holds the front door's Prometheus metrics.
+
+package frontdoor
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"kvrouter/internal/upstream"
+)
+
+// Request outcomes, the label of kvrouter_requests_total.
+const (
+	outcomeOK            = "ok"
+	outcomeUpstreamError = "upstream_error"
+	outcomeNoWorker      = "no_worker"
+	outcomeBadRequest    = "bad_request"
+	outcomeCanceled      = "canceled"
+)
+
+// Metrics are the front door's Prometheus metrics.
+type Metrics struct {
+	requests       *prometheus.CounterVec
+	retries        prometheus.Counter
+	decision       prometheus.Histogram
+	tokenize       prometheus.Histogram
+	tokenizeErrors *prometheus.CounterVec
+	overlap        prometheus.Histogram
+	hints          *prometheus.CounterVec
+	cachedTokens   *prometheus.CounterVec
+	peerRestored   *prometheus.CounterVec
+}
+
+var latencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25}
+
+// NewMetrics registers the front door's metrics on reg (a registry of the
+// service's own, so that several replicas can live in one process: tests).
+// up, when set, is the client that forwards requests: its resends are
+// exported too.
+func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
+	m := &Metrics{}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_requests_total",
+		Help: "Inference requests by outcome (ok, upstream_error, no_worker, bad_request, canceled)."}, []string{"outcome"})
+	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_retries_total",
+		Help: "Requests sent to a second worker after the first refused the connection."})
+	m.decision = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_decision_seconds",
+		Help: "Routing decision latency (matching, scoring, hint selection), tokenization excluded.", Buckets: latencyBuckets})
+	m.tokenize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_tokenize_seconds",
+		Help: "Tokenization latency (chat template included).", Buckets: latencyBuckets})
+	m.tokenizeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_tokenize_errors_total",
+		Help: "Requests routed on load alone because they could not be tokenized, by reason."}, []string{"reason"})
+	m.overlap = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_overlap_ratio",
+		Help: "Fraction of a request's blocks the chosen rank holds (any tier).", Buckets: prometheus.LinearBuckets(0, 0.1, 11)})
+	m.hints = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_hints_total",
+		Help: "Hint decisions of sent requests: result issued or skipped, with the reason."}, []string{"result", "reason"})
+	m.cachedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_cached_tokens_total",
+		Help: "Prompt tokens workers reported as cached (usage.prompt_tokens_details.cached_tokens), by whether a hint was sent."}, []string{"hinted"})
+	m.peerRestored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_peer_restored_tokens_total",
+		Help: "Prompt tokens workers reported as pulled from a peer (usage.kvrouter.peer_restored_tokens), by whether a hint was sent."}, []string{"hinted"})
+	reg.MustRegister(m.requests, m.retries, m.decision, m.tokenize, m.tokenizeErrors, m.overlap,
+		m.hints, m.cachedTokens, m.peerRestored)
+	for _, o := range []string{outcomeOK, outcomeUpstreamError, outcomeNoWorker, outcomeBadRequest, outcomeCanceled} {
+		m.requests.WithLabelValues(o)
+	}
+	if up != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvrouter_upstream_resends_total",
+			Help: "Requests sent again on a new connection because a pooled one to the engine answered nothing " +
+				"(the engine closed it while idle); many mean its keep-alive timeout is below 4 s."},
+			func() float64 { return float64(up.Resent()) }))
+	}
+	return m
+}

@@ -1,0 +1,438 @@
+// This file holds the proxying to the chosen worker: body, headers, SSE pass-through, usage.
+
+package frontdoor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"kvrouter/internal/cost"
+	"kvrouter/internal/hints"
+	"kvrouter/internal/rawjson"
+	"kvrouter/internal/router"
+	"kvrouter/internal/upstream"
+)
+
+// sendResult is how one attempt at a worker ended.
+type sendResult struct {
+	refused bool      // nothing was sent: try another worker
+	outcome string    // when the response went out
+	err     *apiError // when it did not
+}
+
+// maxResponse bounds a non-streamed response body held to read its usage.
+const maxResponse = 64 << 20
+
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
+	"Transfer-Encoding", "Upgrade", "Proxy-Connection"}
+
+// upstreamBody is the body the worker gets: the client's, with the hint
+// placed where its engine reads it, the DP rank for SGLang, and a usage
+// chunk asked for when the client streams.
+func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
+	body := p.body
+	var err error
+	if d.HintDecision.Hinted() {
+		if body, err = hints.Attach(body, d.Target.Worker.Placement, p.id, d.Hint); err != nil {
+			return nil, err
+		}
+	}
+	// The body parsed as a JSON object and the hint went in as valid JSON:
+	// the edits below need no further validation pass over the prompt.
+	var set []member
+	if d.Target.Worker.Engine == router.EngineSGLang {
+		local := strconv.Itoa(d.Target.Rank - d.Target.Worker.DPStart)
+		set = append(set, member{keyDataParallelRank, []byte(local)})
+	}
+	if p.req.Stream && !p.req.IncludeUsage {
+		// The client's options as parsed (hints do not touch them).
+		so := p.req.top[keyStreamOptions]
+		if p.req.top == nil {
+			so = topMember(body, keyStreamOptions)
+		}
+		v, err := usageOptions(so)
+		if err != nil {
+			return nil, err
+		}
+		set = append(set, member{keyStreamOptions, v})
+	}
+	if len(set) == 0 {
+		return body, nil
+	}
+	var dst []byte
+	if p.bufs != nil {
+		dst = p.bufs.out
+	}
+	if !d.HintDecision.Hinted() && absent(p.req.top, set) {
+		// The usual case: nothing to replace, so the members go in before
+		// the closing brace without a pass over the prompt.
+		body = appendMembers(dst, body, len(p.req.top), set)
+	} else {
+		body = editMembers(dst, body, set...)
+	}
+	if p.bufs != nil {
+		p.bufs.out = body
+	}
+	return body, nil
+}
+
+// absent reports whether none of set's keys is among a body's top-level
+// members (top nil: not known).
+func absent(top map[string]json.RawMessage, set []member) bool {
+	if top == nil {
+		return false
+	}
+	for _, m := range set {
+		if _, ok := top[m.key]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+func upstreamPath(k Kind) string {
+	if k == KindChat {
+		return "/v1/chat/completions"
+	}
+	return "/v1/completions"
+}
+
+// send forwards the request to the decision's target and streams the answer
+// back. Cancelling the client's request cancels the upstream one.
+func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *router.Decision) sendResult {
+	body, err := upstreamBody(p, d)
+	if err != nil {
+		return sendResult{err: badRequest(err)}
+	}
+	t := d.Target
+	h := make(http.Header, len(r.Header)+4)
+	copyHeaders(h, r.Header)
+	for _, k := range []string{"Host", "Content-Length", "Accept-Encoding", "Expect", headerTarget, headerDPRank, headerVLLMDPRank} {
+		h.Del(k)
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set(headerRequestID, p.id)
+	h.Set(headerDPRank, strconv.Itoa(t.Rank))
+	if t.Worker.Engine == router.EngineVLLM {
+		h.Set(headerVLLMDPRank, strconv.Itoa(t.Rank-t.Worker.DPStart))
+	}
+
+	loadID := s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10)
+	bs := t.Worker.BlockSize
+	prefill := float64(max(0, d.Tokens-d.Overlap*bs))
+	s.Load.Start(loadID, cost.Rank{Worker: t.Worker.ID, DP: t.Rank}, prefill, float64(d.Blocks))
+	defer s.Load.Finish(loadID)
+	// In approximate mode the prompt's blocks are assumed cached from now
+	// on, not from the response: a non-streamed one arrives only when the
+	// generation ends, and requests sharing the prefix come meanwhile.
+	s.Router.Commit(d, s.Now())
+
+	resp, err := s.Upstream.Do(r.Context(), &upstream.Request{URL: t.Worker.URL, Path: upstreamPath(p.kind), Header: h, Body: body})
+	if s.Trace != nil && err == nil {
+		s.Trace(Timing{Added: resp.Sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return sendResult{refused: true}
+		}
+		if r.Context().Err() != nil {
+			return sendResult{err: &apiError{outcome: outcomeCanceled}}
+		}
+		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error",
+			fmt.Sprintf("worker %s: %v", t.Worker.ID, err), outcomeUpstreamError}}
+	}
+	defer resp.Body.Close()
+	s.countDecision(d)
+
+	hinted := strconv.FormatBool(d.HintDecision.Hinted())
+	report := func(u *usage) {
+		if u.Details != nil {
+			s.Metrics.cachedTokens.WithLabelValues(hinted).Add(float64(u.Details.CachedTokens))
+		}
+		if u.KVRouter != nil {
+			s.Metrics.peerRestored.WithLabelValues(hinted).Add(float64(u.KVRouter.PeerRestoredTokens))
+		}
+	}
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.Header().Set(headerWorker, t.Worker.ID)
+	outcome := outcomeOK
+	switch {
+	case resp.StatusCode >= 500:
+		outcome = outcomeUpstreamError
+	case resp.StatusCode >= 400:
+		outcome = outcomeBadRequest
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		w.WriteHeader(resp.StatusCode)
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { s.Load.Prefilled(loadID) }, report)
+	} else {
+		var b []byte
+		b, err = readAll(nil, io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
+		if err == nil {
+			if u := responseUsage(b); u != nil {
+				report(u)
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.WriteHeader(resp.StatusCode)
+			_, err = w.Write(b)
+		}
+	}
+	switch {
+	case r.Context().Err() != nil || errors.Is(err, errClientGone):
+		return sendResult{outcome: outcomeCanceled}
+	case err != nil:
+		// Headers may be out already: all that is left is to stop.
+		s.warnEvery("broke:"+t.Worker.ID, "upstream response broke off", "worker", t.Worker.ID, "request", p.id, "err", err)
+		return sendResult{outcome: outcomeUpstreamError}
+	}
+	return sendResult{outcome: outcome}
+}
+
+// countDecision records a decision that was acted on.
+func (s *Server) countDecision(d *router.Decision) {
+	if d.Blocks > 0 {
+		s.Metrics.overlap.Observe(float64(d.Overlap) / float64(d.Blocks))
+	}
+	if d.HintDecision.Hinted() {
+		s.Metrics.hints.WithLabelValues("issued", d.HintDecision.Reason.String()).Inc()
+	} else {
+		s.Metrics.hints.WithLabelValues("skipped", d.HintDecision.Reason.String()).Inc()
+	}
+}
+
+// copyHeaders copies src's end-to-end fields into dst: not the hop-by-hop
+// ones, nor those its Connection field names. Value slices are shared
+// rather than copied: both sides only ever replace a field's slice.
+func copyHeaders(dst, src http.Header) {
+	var named []string // by the Connection field, read once
+	for _, v := range src["Connection"] {
+		for h := range strings.SplitSeq(v, ",") {
+			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(h)))
+		}
+	}
+	for k, vs := range src {
+		if slices.Contains(hopHeaders, k) || slices.Contains(named, k) {
+			continue
+		}
+		dst[k] = vs
+	}
+}
+
+// usage is the part of an OpenAI usage object the router reports on.
+type usage struct {
+	PromptTokens int              `json:"prompt_tokens"`
+	Details      *promptDetails   `json:"prompt_tokens_details"`
+	KVRouter     *kvrouterDetails `json:"kvrouter"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+type kvrouterDetails struct {
+	PeerRestoredTokens int `json:"peer_restored_tokens"`
+}
+
+// responseUsage returns the usage of a non-streamed answer, nil when it
+// has none or is not JSON. Only the usage member is read: the rest (the
+// generated text) is passed on as it came.
+func responseUsage(b []byte) *usage {
+	if !bytes.Contains(b, []byte(`"usage"`)) {
+		return nil
+	}
+	var buf [16]rawjson.Member // on the stack unless the answer has more
+	top, ok := rawjson.ScanObject(buf[:0], b, nil)
+	if !ok {
+		return nil
+	}
+	raw := lastMember(top, "usage")
+	if raw == nil || isNull(raw) {
+		return nil
+	}
+	u, ok := readUsage(raw)
+	if !ok {
+		return nil
+	}
+	return u
+}
+
+// readUsage reads a usage object (valid JSON) without reflection: it is
+// read once per request. ok is false where encoding/json would fail too.
+func readUsage(raw []byte) (*usage, bool) {
+	var buf [8]rawjson.Member
+	ms, ok := rawjson.ScanObject(buf[:0], raw, nil)
+	if !ok {
+		return nil, false
+	}
+	u := &usage{}
+	if u.PromptTokens, ok = intMember(ms, "prompt_tokens"); !ok {
+		return nil, false
+	}
+	nested := func(key, field string) (n int, set, ok bool) {
+		v := lastMember(ms, key)
+		if v == nil || isNull(v) {
+			return 0, false, true
+		}
+		var buf [4]rawjson.Member
+		inner, ok := rawjson.ScanObject(buf[:0], v, nil)
+		if !ok {
+			return 0, false, false
+		}
+		n, ok = intMember(inner, field)
+		return n, true, ok
+	}
+	cached, setCached, ok1 := nested("prompt_tokens_details", "cached_tokens")
+	restored, setRestored, ok2 := nested("kvrouter", "peer_restored_tokens")
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	if setCached {
+		u.Details = &promptDetails{cached}
+	}
+	if setRestored {
+		u.KVRouter = &kvrouterDetails{restored}
+	}
+	return u, true
+}
+
+// lastMember returns the value of the last member named key (as encoding/json
+// keeps the last of duplicates), nil when there is none.
+func lastMember(ms []rawjson.Member, key string) []byte {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Key == key {
+			return ms[i].Value
+		}
+	}
+	return nil
+}
+
+// intMember reads an integer member; absent or null is 0, as encoding/json
+// leaves it.
+func intMember(ms []rawjson.Member, key string) (int, bool) {
+	v := lastMember(ms, key)
+	if v == nil || isNull(v) {
+		return 0, true
+	}
+	n, err := strconv.Atoi(string(v))
+	return n, err == nil
+}
+
+var errClientGone = errors.New("client went away")
+
+// relaySSE passes a server-sent event stream through event by event,
+// flushing each. onFirst runs at the first data event (the first token);
+// report gets the usage of the chunk that carries one. dropUsage drops a
+// usage-only chunk the client did not ask for.
+func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst func(), report func(*usage)) error {
+	fl, _ := w.(http.Flusher)
+	br := bufio.NewReaderSize(body, 32<<10)
+	var ev []byte
+	first := true
+	emit := func() error {
+		data := eventData(ev)
+		if data != nil && first {
+			first = false
+			onFirst()
+		}
+		if data != nil && !bytes.Equal(data, []byte("[DONE]")) && bytes.Contains(data, []byte(`"usage"`)) {
+			var c struct {
+				Choices []json.RawMessage `json:"choices"`
+				Usage   *usage            `json:"usage"`
+			}
+			if json.Unmarshal(data, &c) == nil && c.Usage != nil {
+				report(c.Usage)
+				if dropUsage && len(c.Choices) == 0 {
+					ev = ev[:0]
+					return nil
+				}
+			}
+		}
+		_, err := w.Write(ev)
+		ev = ev[:0]
+		if err != nil {
+			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return nil
+	}
+	for {
+		line, err := readLine(br)
+		ev = append(ev, line...)
+		if len(line) > 0 && (line[0] == '\n' || line[0] == '\r' && len(line) == 2) {
+			if werr := emit(); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			if len(ev) > 0 {
+				if werr := emit(); werr != nil {
+					return werr
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if errors.Is(err, context.Canceled) {
+				return errClientGone
+			}
+			return err
+		}
+	}
+}
+
+// readLine returns the next line with its newline, however long.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	out := append([]byte(nil), line...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		line, err = br.ReadSlice('\n')
+		out = append(out, line...)
+	}
+	return out, err
+}
+
+// eventData joins the data lines of an event; nil when it has none.
+func eventData(ev []byte) []byte {
+	var data []byte
+	found := false
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		line = bytes.TrimRight(line, "\r")
+		v, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue
+		}
+		v = bytes.TrimPrefix(v, []byte(" "))
+		if found {
+			data = append(data, '\n')
+		} else {
+			data, found = []byte{}, true
+		}
+		data = append(data, v...)
+	}
+	if !found {
+		return nil
+	}
+	return data
+}

@@ -1,0 +1,370 @@
+// This file holds the front door's handlers: read, prepare, decide, retry once, fail OpenAI-style.
+
+package frontdoor
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvrouter/internal/cost"
+	"kvrouter/internal/hints"
+	"kvrouter/internal/router"
+	"kvrouter/internal/upstream"
+)
+
+// LoadTracker records requests in flight: the router's own load view and,
+// through it, its peer replicas'.
+type LoadTracker interface {
+	Start(id string, r cost.Rank, prefillTokens, blocks float64)
+	Prefilled(id string)
+	Finish(id string)
+}
+
+// Server is the HTTP front door.
+type Server struct {
+	Router *router.Router
+	Tok    Tokenizer
+	// Upstream sends requests to workers.
+	Upstream *upstream.Client
+	Metrics  *Metrics
+	Log      *slog.Logger
+	Now      func() time.Time
+	Load     LoadTracker
+	// AllowTargetOverride lets x-kvrouter-target force the worker.
+	AllowTargetOverride bool
+	// MaxBody bounds a request body in bytes.
+	MaxBody int64
+	// Replica names this router among its peers; load ids carry it.
+	Replica string
+	// Trace, when set, gets the timing of every request sent to a worker;
+	// benchmarks read the router's own share of the latency from it.
+	Trace func(Timing)
+
+	seq atomic.Uint64
+
+	warnMu sync.Mutex
+	warned map[string]time.Time
+}
+
+// warnEvery logs a warning of a kind at most once a minute: the front door
+// is a hot path, and a worker that is down would otherwise log per request.
+func (s *Server) warnEvery(kind, msg string, args ...any) {
+	now := time.Now()
+	s.warnMu.Lock()
+	if s.warned == nil {
+		s.warned = map[string]time.Time{}
+	}
+	last, seen := s.warned[kind]
+	if seen && now.Sub(last) < time.Minute {
+		s.warnMu.Unlock()
+		s.Log.Debug(msg, args...)
+		return
+	}
+	s.warned[kind] = now
+	s.warnMu.Unlock()
+	s.Log.Warn(msg, args...)
+}
+
+// defaultMaxBody bounds request bodies unless Server.MaxBody says otherwise.
+const defaultMaxBody = 32 << 20
+
+// Mount routes the front door on mux: the OpenAI API and /healthz.
+func (s *Server) Mount(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/completions", s.inference(KindCompletion))
+	mux.HandleFunc("POST /v1/chat/completions", s.inference(KindChat))
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /healthz", s.healthz)
+}
+
+// apiError is an error for a client, OpenAI-style.
+type apiError struct {
+	status  int
+	kind    string
+	message string
+	outcome string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func badRequest(err error) *apiError {
+	return &apiError{http.StatusBadRequest, "invalid_request_error", err.Error(), outcomeBadRequest}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	type body struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Param   any    `json:"param"`
+		Code    int    `json:"code"`
+	}
+	WriteJSON(w, e.status, map[string]body{"error": {Message: e.message, Type: e.kind, Code: e.status}})
+}
+
+// WriteJSON answers with v, indented, as every JSON answer of the router
+// service is written: the front door's and the operator views'.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// Timing is where the router spent one request's time before the worker
+// got it, for Server.Trace.
+type Timing struct {
+	// Added runs from the handler's start (headers read) until the
+	// upstream request is written, tokenization excluded: what routing
+	// adds to a request's latency.
+	Added time.Duration
+	// Tokenize and Decide are the tokenization and the routing decision
+	// (the last one, when a refused connection made the router retry).
+	Tokenize, Decide time.Duration
+}
+
+// prepared is a request read, stripped and tokenized, ready for decisions.
+type prepared struct {
+	kind      Kind
+	body      []byte // client hints stripped
+	req       *Request
+	tokens    []uint32
+	forced    string
+	id        string // the request id: X-Request-Id or made up
+	tokenized time.Duration
+	received  time.Time // the handler's start, for Trace
+	decided   time.Duration
+	bufs      *bufs // nil: allocate
+}
+
+// bufs are one request's large buffers, pooled: the body as read, its
+// prompt's token ids and the body forwarded. For a prompt of 1,536 token
+// ids they were 25 KB of the 34 KB a routed request allocated. Nothing
+// outside the request keeps any of them: the router keeps the prompt's
+// block hashes, not its ids, and the upstream client is done with a body
+// when Do returns.
+type bufs struct {
+	body []byte
+	ids  []uint32
+	out  []byte
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bufs) }}
+
+// maxPooled is the largest buffer put back: a rare huge prompt should not
+// pin its size in a pooled set for good.
+const maxPooled = 1 << 20
+
+func (b *bufs) release() {
+	if cap(b.body) > maxPooled {
+		b.body = nil
+	}
+	if cap(b.ids)*4 > maxPooled {
+		b.ids = nil
+	}
+	if cap(b.out) > maxPooled {
+		b.out = nil
+	}
+	b.body, b.ids, b.out = b.body[:0], b.ids[:0], b.out[:0]
+	bufPool.Put(b)
+}
+
+// readBody reads a request body up to the size limit, over dst's memory.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, dst []byte) ([]byte, *apiError) {
+	limit := s.MaxBody
+	if limit <= 0 {
+		limit = defaultMaxBody
+	}
+	body, err := readAll(dst, http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &apiError{http.StatusRequestEntityTooLarge, "invalid_request_error",
+				fmt.Sprintf("request body exceeds %d bytes", limit), outcomeBadRequest}
+		}
+		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "reading the body: " + err.Error(), outcomeCanceled}
+	}
+	return body, nil
+}
+
+// readAll is io.ReadAll over dst's memory, sized up front when the length
+// is announced (and within limit): growing from 512 bytes copied a long
+// prompt six times.
+func readAll(dst []byte, rd io.Reader, length, limit int64) ([]byte, error) {
+	buf := bytes.NewBuffer(dst[:0])
+	if length > 0 && length <= limit {
+		buf.Grow(int(length) + bytes.MinRead) // room for the read that sees EOF
+	}
+	_, err := buf.ReadFrom(rd)
+	return buf.Bytes(), err
+}
+
+// prepare does everything before the routing decision. Stripping client
+// hints comes first: nothing downstream may see them.
+func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*prepared, *apiError) {
+	var ids []uint32
+	if bf != nil {
+		ids = bf.ids
+	}
+	req, ok := parseClean(kind, body, ids)
+	var err error
+	if !ok {
+		if body, _, err = hints.Strip(body); err != nil {
+			return nil, badRequest(fmt.Errorf("%w: %v", ErrBadRequest, err))
+		}
+		if req, err = parseValid(kind, body); err != nil { // Strip validated it
+			return nil, badRequest(err)
+		}
+	}
+	if bf != nil && req.Tokens != nil {
+		bf.ids = req.Tokens // its memory, grown or not, for the next request
+	}
+	p := &prepared{kind: kind, body: body, req: req, id: r.Header.Get(headerRequestID), bufs: bf}
+	if p.id == "" {
+		p.id = newID()
+	}
+	if p.forced = r.Header.Get(headerTarget); p.forced != "" && !s.AllowTargetOverride {
+		return nil, &apiError{http.StatusForbidden, "permission_error",
+			headerTarget + " is disabled on this router; start it with --allow-target-override to force a worker", outcomeBadRequest}
+	}
+	start := time.Now()
+	p.tokens, err = s.Tok.Tokenize(r.Context(), req)
+	p.tokenized = time.Since(start)
+	s.Metrics.tokenize.Observe(p.tokenized.Seconds())
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return nil, badRequest(err)
+	case err != nil && r.Context().Err() != nil:
+		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "canceled", outcomeCanceled}
+	case err != nil:
+		// Route on load alone rather than fail a request the engine
+		// would serve.
+		s.Metrics.tokenizeErrors.WithLabelValues("engine").Inc()
+		s.warnEvery("tokenize", "tokenization failed; routing on load alone", "model", req.Model, "err", err)
+		p.tokens = nil
+	case p.tokens == nil:
+		s.Metrics.tokenizeErrors.WithLabelValues("unsupported_content").Inc()
+	}
+	return p, nil
+}
+
+// decide asks the routing decision core about a prepared request.
+func (s *Server) decide(p *prepared, exclude []string, explain bool) (*router.Decision, time.Duration, *apiError) {
+	start := time.Now()
+	d, err := s.Router.Decide(router.Request{Model: p.req.Model, Tokens: p.tokens, Salt: p.req.Salt,
+		Exclude: exclude, Target: p.forced, Explain: explain})
+	took := time.Since(start)
+	s.Metrics.decision.Observe(took.Seconds())
+	var me *router.ModelError
+	switch {
+	case errors.As(err, &me):
+		return nil, took, &apiError{http.StatusNotFound, "not_found_error", me.Error(), outcomeNoWorker}
+	case errors.Is(err, router.ErrNoWorker) && p.forced != "":
+		return nil, took, &apiError{http.StatusNotFound, "not_found_error", err.Error(), outcomeNoWorker}
+	case err != nil:
+		return nil, took, &apiError{http.StatusServiceUnavailable, "service_unavailable", err.Error(), outcomeNoWorker}
+	}
+	return d, took, nil
+}
+
+func (s *Server) inference(kind Kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var received time.Time
+		if s.Trace != nil {
+			received = time.Now()
+		}
+		bf := bufPool.Get().(*bufs)
+		defer bf.release()
+		body, aerr := s.readBody(w, r, bf.body)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		bf.body = body
+		p, aerr := s.prepare(r, body, kind, bf)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		p.received = received
+		var exclude []string
+		for {
+			d, took, aerr := s.decide(p, exclude, false)
+			if aerr != nil {
+				s.fail(w, aerr)
+				return
+			}
+			p.decided = took
+			res := s.send(w, r, p, d)
+			if res.refused && exclude == nil && p.forced == "" {
+				// Nothing reached the client yet: one more try elsewhere.
+				s.warnEvery("refused:"+d.Target.Worker.ID, "worker refused the connection; retrying on another",
+					"worker", d.Target.Worker.ID, "request", p.id)
+				s.Metrics.retries.Inc()
+				exclude = []string{d.Target.Worker.ID}
+				continue
+			}
+			if res.refused {
+				res.err = &apiError{http.StatusBadGateway, "upstream_error",
+					fmt.Sprintf("worker %s refused the connection", d.Target.Worker.ID), outcomeUpstreamError}
+			}
+			if res.err != nil {
+				s.fail(w, res.err)
+				return
+			}
+			s.Metrics.requests.WithLabelValues(res.outcome).Inc()
+			return
+		}
+	}
+}
+
+func (s *Server) fail(w http.ResponseWriter, e *apiError) {
+	s.Metrics.requests.WithLabelValues(e.outcome).Inc()
+	if e.outcome != outcomeCanceled {
+		writeError(w, e)
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	type card struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	data := []card{}
+	for _, m := range s.Router.Models() {
+		data = append(data, card{ID: m, Object: "model", OwnedBy: "kvrouter"})
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	st := s.Router.Stats()
+	WriteJSON(w, http.StatusOK, map[string]any{
+		"status":         "ok",
+		"workers":        st.WorkersByMode[router.ModeEvents] + st.WorkersByMode[router.ModeApproximate],
+		"models":         s.Router.Models(),
+		"discovery_live": st.DiscoveryLive,
+	})
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

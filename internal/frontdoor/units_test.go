@@ -1,0 +1,151 @@
+package frontdoor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"kvrouter/internal/tokenizer"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestRelaySSE(t *testing.T) {
+	long := strings.Repeat("x", 100<<10)
+	tests := []struct {
+		name, in, want string
+		drop           bool
+		firsts         int
+		usage          []int // cached tokens reported
+	}{
+		{name: "events pass through", in: "data: a\n\n: comment\n\ndata: b\n\n", want: "data: a\n\n: comment\n\ndata: b\n\n", firsts: 1},
+		{name: "CRLF and multi-line data", in: "event: x\r\ndata: 1\r\ndata: 2\r\n\r\n", want: "event: x\r\ndata: 1\r\ndata: 2\r\n\r\n", firsts: 1},
+		{name: "a line longer than the buffer", in: "data: " + long + "\n\n", want: "data: " + long + "\n\n", firsts: 1},
+		{name: "usage kept when asked",
+			in:     "data: {\"choices\":[{}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n",
+			want:   "data: {\"choices\":[{}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n",
+			firsts: 1, usage: []int{3}},
+		{name: "usage dropped when not asked", drop: true,
+			in:   "data: {\"choices\":[{}],\"usage\":null}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n",
+			want: "data: {\"choices\":[{}],\"usage\":null}\n\ndata: [DONE]\n\n", firsts: 1, usage: []int{3}},
+		{name: "no final blank line", in: "data: z", want: "data: z", firsts: 1},
+		{name: "no data at all", in: ": ping\n\n", want: ": ping\n\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			firsts := 0
+			var cached []int
+			err := relaySSE(w, strings.NewReader(tc.in), tc.drop, func() { firsts++ }, func(u *usage) {
+				n := -1
+				if u.Details != nil {
+					n = u.Details.CachedTokens
+				}
+				cached = append(cached, n)
+			})
+			if err != nil || w.Body.String() != tc.want || firsts != tc.firsts || !reflect.DeepEqual(cached, tc.usage) {
+				t.Fatalf("err %v firsts %d usage %v\n got %.200q\nwant %.200q", err, firsts, cached, w.Body.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestLRU(t *testing.T) {
+	c := newLRU(2)
+	c.put("a", []uint32{1})
+	c.put("b", []uint32{2})
+	c.get("a") // b is now the least recent
+	c.put("c", []uint32{3})
+	if _, ok := c.get("b"); ok {
+		t.Fatal("b not evicted")
+	}
+	for k, want := range map[string]uint32{"a": 1, "c": 3} {
+		if got, ok := c.get(k); !ok || got[0] != want {
+			t.Fatalf("%s: %v %v", k, got, ok)
+		}
+	}
+}
+
+// TestEngineTokenizer asks a worker's /tokenize once per distinct request.
+func TestEngineTokenizer(t *testing.T) {
+	var asked atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		var b struct {
+			Prompt string `json:"prompt"`
+		}
+		json.NewDecoder(r.Body).Decode(&b)
+		// One token per byte, offset so ids are not ASCII by accident.
+		toks := make([]uint32, len(b.Prompt))
+		for i := range b.Prompt {
+			toks[i] = 1000 + uint32(b.Prompt[i])
+		}
+		json.NewEncoder(w).Encode(map[string]any{"tokens": toks, "count": len(toks)})
+	})
+	e := httptest.NewServer(mux)
+	t.Cleanup(e.Close)
+	tok := NewEngine(&http.Client{}, func(string) []string { return []string{"http://127.0.0.1:1", e.URL} }, 8)
+	ctx := context.Background()
+	req := &Request{Kind: KindCompletion, Model: "demo", Prompt: "ab"}
+	for range 3 {
+		got, err := tok.Tokenize(ctx, req)
+		if err != nil || !reflect.DeepEqual(got, []uint32{1000 + 'a', 1000 + 'b'}) {
+			t.Fatalf("%v %v", got, err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("engine asked %d times", n)
+	}
+	ids := &Request{Kind: KindCompletion, Model: "demo", Tokens: []uint32{5}, HasTokens: true}
+	if got, _ := tok.Tokenize(ctx, ids); !reflect.DeepEqual(got, []uint32{5}) || asked.Load() != 1 {
+		t.Fatalf("token ids: %v", got)
+	}
+	dead := NewEngine(&http.Client{}, func(string) []string { return []string{"http://127.0.0.1:1"} }, 8)
+	if _, err := dead.Tokenize(ctx, req); !errors.Is(err, errTokenize) {
+		t.Fatalf("no engine: %v", err)
+	}
+}
+
+func TestLoadTemplate(t *testing.T) {
+	dir := t.TempDir()
+	goTmpl := filepath.Join(dir, "t.tmpl")
+	os.WriteFile(goTmpl, []byte(`{{range .Messages}}[{{.Role}}]{{.Content}}{{end}}`), 0o644)
+	cfg := filepath.Join(dir, "tokenizer_config.json")
+	os.WriteFile(cfg, []byte(`{"chat_template":"{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"}`), 0o644)
+	msgs := []tokenizer.Message{{Role: "user", Content: "hi"}}
+	tests := []struct {
+		name, cfg, want, err string
+	}{
+		{name: "plain", want: "user: hi\n"},
+		{name: goTmpl, want: "[user]hi"},
+		{name: "chatml", cfg: cfg, want: "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"},
+		{name: "nope", err: "--chat-template"},
+	}
+	for _, tc := range tests {
+		tmpl, err := LoadTemplate(tc.name, tc.cfg)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("%s: err %v", tc.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, err := tmpl.Render(msgs, false)
+		if err != nil || !strings.Contains(got, tc.want) {
+			t.Fatalf("%s: %q %v, want %q", tc.name, got, err, tc.want)
+		}
+	}
+}

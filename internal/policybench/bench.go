@@ -1,0 +1,251 @@
+// Package policybench compares routing policies side by side on a simulated
+// fleet, `kvrouter bench routing`: one local cluster (package cluster), the
+// same engines, reset between policies, the same workload, and only the
+// router service's flags changed. It measures what
+// KV-aware routing and peer pull hints buy: fewer recomputed prompt tokens
+// and a shorter time to first token.
+package policybench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"kvrouter/internal/cluster"
+	"kvrouter/internal/loadgen"
+	"kvrouter/internal/workload"
+)
+
+// resetWait bounds the wait for engines to go idle and for a fresh router
+// to see their caches empty: a safety net, not a timing assertion.
+const resetWait = 60 * time.Second
+
+// Run starts the cluster, calibrates the hint cost model, runs the
+// workload once per policy from identical cold caches, prints the report
+// (and writes the plot), and stops every process it started, also when
+// ctx is cancelled.
+func Run(ctx context.Context, o Options) (Result, error) {
+	o.fill()
+	if err := o.check(); err != nil {
+		return Result{}, err
+	}
+	policies, _ := o.policies()
+	reqs, wcfg, err := o.requests()
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Config: o.config(wcfg, reqs)}
+	res.Config.LoadAvgStart = loadAvg()
+	fmt.Fprintf(o.Err, "starting %d engines (with their state agents) and a calibration router...\n", o.Engines)
+	start := time.Now()
+	c, err := cluster.Start(ctx, o.clusterOptions())
+	if err != nil {
+		return res, err
+	}
+	res.Config.LogDir = c.LogDir()
+	fmt.Fprintf(o.Err, "cluster ready in %.1fs; logs in %s\n", time.Since(start).Seconds(), c.LogDir())
+	err = runAll(ctx, &o, c, policies, reqs, &res)
+	fmt.Fprintln(o.Err, "stopping the cluster...")
+	if serr := c.Stop(); serr != nil {
+		return res, errors.Join(err, serr)
+	}
+	if err == nil && o.LogDir == "" {
+		// The logs were kept for a failure to be explained; there was none.
+		os.RemoveAll(c.LogDir())
+		res.Config.LogDir = ""
+	}
+	if err != nil {
+		return res, fmt.Errorf("%w (logs in %s)", err, c.LogDir())
+	}
+	return res, o.print(&res)
+}
+
+// runAll calibrates, then runs every policy.
+func runAll(ctx context.Context, o *Options, c *cluster.Cluster, policies []Policy, reqs []workload.Request, res *Result) error {
+	engines := c.Engines()
+	calRouter := c.Routers()[0]
+	cal, err := calibrate(ctx, o, calRouter.URL, engines)
+	if err != nil {
+		return err
+	}
+	res.Config.Calibration = cal
+	fmt.Fprintln(o.Err, cal.summary())
+	if err := c.StopRouter(calRouter); err != nil {
+		return fmt.Errorf("stopping the calibration router: %w", err)
+	}
+	if err := resetEngines(ctx, engines); err != nil {
+		return err
+	}
+	var runs []loadgen.NamedSummary
+	for _, p := range policies {
+		run, pr, err := runPolicy(ctx, o, c, p, cal, reqs)
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		runs = append(runs, run)
+		res.Config.Policies[p.Name] = pr
+		res.Config.Order = append(res.Config.Order, p.Name)
+		fmt.Fprintf(o.Err, "%s: %d requests in %.1fs, %d errors, TTFT p50 %.1f ms p90 %.1f ms, %d recomputed tokens, %d hints\n",
+			p.Name, run.Requests, pr.WallMS/1e3, run.Errors, run.TTFTP50, run.TTFTP90, run.RecomputedTokens, run.HintsIssued)
+		if err := resetEngines(ctx, engines); err != nil {
+			return err
+		}
+	}
+	res.Report = loadgen.NewReport(o.Workload, runs, Reference)
+	res.runs = runs
+	res.Config.LoadAvgEnd = loadAvg()
+	return nil
+}
+
+// runPolicy starts the policy's router on the reset engines, waits until
+// it sees their caches empty, sends the workload through it and reads its
+// hint counters.
+func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, cal Calibration, reqs []workload.Request) (loadgen.NamedSummary, PolicyRun, error) {
+	flags := append(slices.Clone(p.Flags), cal.RouterFlags()...)
+	r, err := c.AddRouter(ctx, flags)
+	if err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			c.StopRouter(r)
+		}
+	}()
+	if err := awaitEmpty(ctx, r.URL, c.Engines()); err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
+	pulls0, failed0, err := pullTotals(ctx, c.Engines())
+	if err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
+	fmt.Fprintf(o.Err, "%s: sending %d requests through %s\n", p.Name, len(reqs), r.URL)
+	d := loadgen.Driver{BaseURL: r.URL, Model: cluster.Model, IgnoreEOS: true}
+	bar := loadgen.Progress(prefixCR{o.Err, p.Name + " "}, len(reqs), o.TTY, nil)
+	out, err := d.Run(ctx, reqs, bar)
+	if err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
+	if o.Records != "" {
+		if err := writeRecords(filepath.Join(o.Records, p.Name+".jsonl"), out); err != nil {
+			return loadgen.NamedSummary{}, PolicyRun{}, err
+		}
+	}
+	samples, err := scrape(ctx, r.URL)
+	if err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, fmt.Errorf("router metrics: %w", err)
+	}
+	h := readHints(samples)
+	pulls1, failed1, err := pullTotals(ctx, c.Engines())
+	if err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
+	pr := PolicyRun{Flags: flags, WallMS: ms(out.Wall), HintReasons: h.reasons, FirstError: firstError(out),
+		Pulls: int(pulls1.count - pulls0.count), PullsFailed: int(failed1 - failed0)}
+	if pr.Pulls > 0 {
+		pr.PullMSMean = (pulls1.seconds - pulls0.seconds) * 1e3 / float64(pr.Pulls)
+	}
+	stopped = true
+	if err := c.StopRouter(r); err != nil {
+		return loadgen.NamedSummary{}, PolicyRun{}, err
+	}
+	run := loadgen.NamedSummary{Name: p.Name, Summary: out.Summary(), HintsIssued: h.issued, HintsSkipped: h.skipped}
+	return run, pr, nil
+}
+
+func firstError(r loadgen.Results) string {
+	for _, rec := range r.Records {
+		if rec.Err != nil {
+			return rec.ID + ": " + rec.Err.Error()
+		}
+	}
+	return ""
+}
+
+// resetEngines waits until no engine runs or queues a request (a request
+// the client gave up on may outlive the run), then clears every engine's
+// GPU pool and runner, which publishes the removals to the agents.
+func resetEngines(ctx context.Context, engines []cluster.Engine) error {
+	for _, e := range engines {
+		err := poll(ctx, resetWait, "engine "+e.ID+" idle", func() (bool, string, error) {
+			s, err := scrape(ctx, e.URL)
+			if err != nil {
+				return false, "", err
+			}
+			n := busy(s)
+			return n == 0, fmt.Sprintf("%v requests running or waiting", n), nil
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := cluster.PostJSON(ctx, e.URL+pathReset, "", nil, nil); err != nil {
+			return fmt.Errorf("reset engine %s: %w", e.ID, err)
+		}
+	}
+	return nil
+}
+
+// awaitEmpty waits until the router lists every engine ready with nothing
+// indexed for it, so that each policy starts from the same cold state.
+func awaitEmpty(ctx context.Context, router string, engines []cluster.Engine) error {
+	var ids []string
+	for _, e := range engines {
+		ids = append(ids, e.ID)
+	}
+	return poll(ctx, resetWait, "router index empty after the reset", func() (bool, string, error) {
+		var v workersView
+		data, err := cluster.Get(ctx, router+pathWorkers)
+		if err == nil {
+			err = jsonUnmarshal(data, &v)
+		}
+		if err != nil {
+			return false, "", err
+		}
+		blocks, missing := v.indexed(ids)
+		var left []string
+		for _, id := range ids {
+			if blocks[id] > 0 {
+				left = append(left, fmt.Sprintf("%s %d blocks", id, blocks[id]))
+			}
+		}
+		if len(missing) > 0 {
+			left = append(left, "not ready: "+strings.Join(missing, ", "))
+		}
+		return len(left) == 0, strings.Join(left, "; "), nil
+	})
+}
+
+// prefixCR names the policy on the progress bar, which redraws its line
+// after a carriage return.
+type prefixCR struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixCR) Write(b []byte) (int, error) {
+	s := strings.ReplaceAll(string(b), "\r", "\r"+p.prefix)
+	if _, err := io.WriteString(p.w, s); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// loadAvg is the machine's 1, 5 and 15 minute load averages, where the
+// system tells them (Linux); the run competes with whatever else runs.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
