@@ -111,7 +111,7 @@ func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
 	if body[open] != '{' {
 		return nil, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
 	}
-	obj := body[open:] // offsets below are the object's own
+	obj := body[open:]         // offsets below are the object's own
 	var buf [16]rawjson.Member // on the stack unless the body has more
 	top, closing := rawjson.Members(buf[:0], obj, 0)
 	obj = obj[:closing+1]
