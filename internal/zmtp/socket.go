@@ -157,7 +157,7 @@ type Socket struct {
 	in   chan Msg
 
 	serial atomic.Uint64
-	peers  atomic.Pointer[[]*peer] // live peers, copied on change
+	peers  atomic.Pointer[[]*peer]  // live peers, copied on change
 	filter atomic.Pointer[[]string] // SUB: our subscriptions
 
 	mu      sync.Mutex

@@ -7,7 +7,7 @@ import "sync/atomic"
 // several sockets share them). The zero value is ready to use.
 type Counters struct {
 	connections, disconnects, dialFailures, refused, handshakeFailures atomic.Uint64
-	oversize, protocolErrors, stalled, heartbeatTimeouts, sendDropped atomic.Uint64
+	oversize, protocolErrors, stalled, heartbeatTimeouts, sendDropped  atomic.Uint64
 }
 
 // Stats are a snapshot of Counters.
