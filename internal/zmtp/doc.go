@@ -25,8 +25,9 @@
 //     message: a frame header announcing more than what is left of it is a
 //     protocol error that drops the connection, counted in Oversize, before
 //     any byte of the body is read or allocated. Bodies are read into
-//     buffers that grow as bytes arrive (at most 32 KiB ahead of them), so
-//     announcing a size costs the announcer the bytes it sends.
+//     buffers that grow as bytes arrive (to at most twice those received
+//     plus 32 KiB), so announcing a size costs the announcer the bytes it
+//     sends.
 //   - MaxFrames (64) per message, MaxSubscriptions (1024) per peer, and
 //     commands of at most 64 KiB: past them the connection is dropped.
 //   - HandshakeTimeout (5 s): greeting and READY, both ways, within it.

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"slices"
 )
 
 // frameReader reads messages and commands from one connection.
@@ -91,8 +90,9 @@ func (fr *frameReader) header() (flags byte, size uint64, err error) {
 	return flags, binary.BigEndian.Uint64(fr.hdr[:8]), nil
 }
 
-// readBody reads n bytes into a buffer that grows as they arrive: at most
-// readAhead bytes are allocated beyond those received.
+// readBody reads n bytes into a buffer that grows as they arrive: its
+// capacity stays within twice the bytes received plus readAhead, so a peer
+// that announces a size pays for the memory with the bytes it sends.
 func readBody(r io.Reader, n int64) ([]byte, error) {
 	if n <= readAhead {
 		b := make([]byte, n)
@@ -105,7 +105,9 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 	for int64(len(b)) < n {
 		if len(b) == cap(b) {
 			// Double what arrived, never past n.
-			b = slices.Grow(b, int(min(n-int64(len(b)), int64(len(b)))))
+			nb := make([]byte, len(b), min(n, 2*int64(len(b))))
+			copy(nb, b)
+			b = nb
 		}
 		end := min(int64(cap(b)), n)
 		m, err := r.Read(b[len(b):end])

@@ -69,8 +69,8 @@ func handshake(ctx context.Context, conn net.Conn, br *bufio.Reader, self Type, 
 	}()
 	info, err := readHandshake(br, self)
 	if err != nil {
-		// Unblock our write before waiting for it.
-		conn.Close()
+		// Unblock our write before waiting for it; the caller closes.
+		conn.SetDeadline(time.Unix(1, 0))
 		<-wrote
 		return info, err
 	}

@@ -45,9 +45,23 @@ type peer struct {
 	cause error // why it ended, set before done closes
 }
 
+// close ends the connection, counting why first: a peer that sees the
+// connection close finds the count already made.
 func (p *peer) close(err error) {
 	p.once.Do(func() {
 		p.cause = err
+		cnt := p.s.cnt
+		switch {
+		case errors.Is(err, ErrTooLarge):
+			cnt.oversize.Add(1)
+		case errors.Is(err, ErrProtocol):
+			cnt.protocolErrors.Add(1)
+		case errors.Is(err, errHeartbeat):
+			cnt.heartbeatTimeouts.Add(1)
+		case isTimeout(err):
+			cnt.stalled.Add(1)
+		}
+		cnt.disconnects.Add(1)
 		p.conn.Close()
 		close(p.done)
 	})
@@ -67,18 +81,7 @@ func (s *Socket) run(p *peer) {
 	p.close(ErrClosed)
 	wg.Wait()
 	s.detach(p)
-	s.cnt.disconnects.Add(1)
 	err := p.cause
-	switch {
-	case errors.Is(err, ErrTooLarge):
-		s.cnt.oversize.Add(1)
-	case errors.Is(err, ErrProtocol):
-		s.cnt.protocolErrors.Add(1)
-	case errors.Is(err, errHeartbeat):
-		s.cnt.heartbeatTimeouts.Add(1)
-	case isTimeout(err):
-		s.cnt.stalled.Add(1)
-	}
 	if errors.Is(err, ErrProtocol) || errors.Is(err, errHeartbeat) || isTimeout(err) {
 		s.warn("zmtp: peer dropped", "remote", p.conn.RemoteAddr(), "err", err)
 	} else {

@@ -433,6 +433,9 @@ func (s *Socket) track(c net.Conn, accepted bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || accepted && s.inbound >= s.opt.MaxPeers {
+		if !s.closed {
+			s.cnt.refused.Add(1)
+		}
 		c.Close()
 		return false
 	}
@@ -477,7 +480,6 @@ func (s *Socket) accept(l net.Listener) {
 		delay = 0
 		if !s.track(c, true) {
 			if s.ctx.Err() == nil {
-				s.cnt.refused.Add(1)
 				s.warn("zmtp: peer refused: MaxPeers reached", "addr", l.Addr(), "remote", c.RemoteAddr(), "max_peers", s.opt.MaxPeers)
 			}
 			continue
@@ -536,7 +538,6 @@ func (s *Socket) establish(ctx context.Context, c net.Conn) (*peer, error) {
 		err = s.checkIdentity(info)
 	}
 	if err != nil {
-		c.Close()
 		if s.ctx.Err() == nil {
 			s.cnt.handshakeFailures.Add(1)
 			if errors.Is(err, ErrTooLarge) {
@@ -544,6 +545,7 @@ func (s *Socket) establish(ctx context.Context, c net.Conn) (*peer, error) {
 			}
 			s.warn("zmtp: handshake failed", "remote", c.RemoteAddr(), "err", err)
 		}
+		c.Close()
 		return nil, err
 	}
 	p := &peer{
@@ -554,9 +556,9 @@ func (s *Socket) establish(ctx context.Context, c net.Conn) (*peer, error) {
 	}
 	p.lastRecv.Store(time.Now().UnixNano())
 	if err := s.attach(p); err != nil {
-		c.Close()
 		s.cnt.handshakeFailures.Add(1)
 		s.warn("zmtp: peer refused", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
 		return nil, err
 	}
 	s.cnt.connections.Add(1)
