@@ -196,8 +196,8 @@ func TestMalformedLiveFramesDropped(t *testing.T) {
 	}
 	seq := sendValid([]byte("after"))
 	expectItems(t, out, fmt.Sprintf("msg %s %d", ep, seq))
-	if st := s.Stats(); st.Malformed != uint64(len(malformed)) {
-		t.Fatalf("Malformed = %d, want %d", st.Malformed, len(malformed))
+	if st := s.Stats(); st.Malformed != uint64(len(malformed)) || st.WrongFrameCount != 3 || st.BadSeqLength != 2 {
+		t.Fatalf("stats %+v: want %d malformed, 3 with a wrong frame count and 2 with a bad seq length", st, len(malformed))
 	}
 }
 
