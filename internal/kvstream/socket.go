@@ -11,12 +11,18 @@ import (
 // DefaultDialTimeout bounds one TCP connect attempt.
 const DefaultDialTimeout = 5 * time.Second
 
+// DefaultMaxMessageSize is Limits.MaxMessageSize unless set: twice
+// kvevents.DefaultMaxPayload, so that a payload the decoder would refuse
+// still reaches it (and is reported there) rather than cutting the stream.
+const DefaultMaxMessageSize = zmtp.DefaultMaxMsgSize
+
 // Limits bound what a peer can make a socket hold; zero fields take the
 // zmtp defaults (see package zmtp).
 type Limits struct {
 	// MaxMessageSize bounds a message's bytes, all frames together (like
 	// libzmq's ZMQ_MAXMSGSIZE): a peer announcing more is dropped and
-	// counted in Oversize, before anything is allocated for it.
+	// counted in Oversize, before anything is allocated for it. Default
+	// DefaultMaxMessageSize.
 	MaxMessageSize int64
 	// MaxPeers bounds a bound socket's connections; more are refused and
 	// counted in PeersRefused.

@@ -3,7 +3,17 @@ package kvstream
 import (
 	"reflect"
 	"testing"
+
+	"kvrouter/internal/kvevents"
 )
+
+// A payload the decoder refuses must reach it (to be reported as such)
+// rather than cut the stream at the transport.
+func TestDefaultMaxMessageSizeFitsDecoder(t *testing.T) {
+	if DefaultMaxMessageSize < kvevents.DefaultMaxPayload+1<<16 {
+		t.Fatalf("DefaultMaxMessageSize %d leaves no room for a %d-byte payload and its topic", DefaultMaxMessageSize, kvevents.DefaultMaxPayload)
+	}
+}
 
 // TestStatsAll: every counter is exported under one distinct name, with
 // its value (the agent's metrics list them all).

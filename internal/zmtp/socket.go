@@ -270,7 +270,16 @@ func (s *Socket) Dial(ctx context.Context, ep string) error {
 		s.untrack(conn)
 		return fmt.Errorf("zmtp: %s: %w", ep, err)
 	}
+	// Close may have begun meanwhile: only then is wg.Add too late.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.detach(p)
+		s.untrack(conn)
+		return ErrClosed
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		s.run(p)
