@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -266,11 +267,22 @@ func TestPublisherRedialsRestartedSubscriber(t *testing.T) {
 	}
 }
 
+// openFiles counts the process's open file descriptors (-1 where
+// /proc/self/fd is not there).
+func openFiles() int {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(fds)
+}
+
 // TestCloseLeavesNoGoroutines: publishers, subscribers and replays started
-// and stopped leave no goroutine behind (go-zeromq/zmq4 leaked one per PUB
-// socket and parked readers of closed connections).
+// and stopped leave no goroutine and no file descriptor behind
+// (go-zeromq/zmq4 leaked a goroutine per PUB socket and parked readers of
+// closed connections).
 func TestCloseLeavesNoGoroutines(t *testing.T) {
-	base := runtime.NumGoroutine()
+	base, baseFiles := runtime.NumGoroutine(), openFiles()
 	for range 5 {
 		p, err := NewPublisher(PublisherConfig{Endpoint: anyTCP, ReplayEndpoint: anyTCP, Logger: quietLogger()})
 		if err != nil {
@@ -290,4 +302,5 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		p.Close()
 	}
 	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= base })
+	waitFor(t, "file descriptors to close", func() bool { return openFiles() <= baseFiles })
 }
