@@ -13,6 +13,7 @@ import (
 	"time"
 )
 
+// track records an open connection; false (and the connection closed) if
 // the socket is closed, or, for an accepted one, MaxPeers is reached.
 func (s *Socket) track(c net.Conn, accepted bool) bool {
 	s.mu.Lock()
@@ -141,8 +142,10 @@ func (s *Socket) establish(ctx context.Context, c net.Conn) (*peer, error) {
 	}
 	p.lastRecv.Store(time.Now().UnixNano())
 	if err := s.attach(p); err != nil {
-		s.cnt.handshakeFailures.Add(1)
-		s.warn("zmtp: peer refused", "remote", c.RemoteAddr(), "err", err)
+		if !errors.Is(err, ErrClosed) {
+			s.cnt.handshakeFailures.Add(1)
+			s.warn("zmtp: peer refused", "remote", c.RemoteAddr(), "err", err)
+		}
 		c.Close()
 		return nil, err
 	}
@@ -179,7 +182,7 @@ func (s *Socket) attach(p *peer) error {
 		s.byID[string(id)] = p
 	}
 	for _, prefix := range s.subs {
-		p.q.pushRaw(subscription(p.info, true, prefix))
+		p.q.pushRaw(subscription(p.info, true, prefix), false)
 	}
 	old := *s.peers.Load()
 	peers := append(append(make([]*peer, 0, len(old)+1), old...), p)

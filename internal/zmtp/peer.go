@@ -157,7 +157,7 @@ func (p *peer) command(c command) error {
 		if len(ctx) > maxPingContext {
 			return fmt.Errorf("%w: PING context of %d bytes, limit %d", ErrProtocol, len(ctx), maxPingContext)
 		}
-		p.q.pushRaw(appendCommand(nil, cmdPong, ctx))
+		p.q.pushRaw(appendCommand(nil, cmdPong, ctx), true)
 	case cmdPong:
 	case cmdSubscribe, cmdCancel:
 		if p.s.typ != Pub {
@@ -238,7 +238,7 @@ func (p *peer) write() {
 				p.close(errHeartbeat)
 				return
 			}
-			p.q.pushRaw(ping(s.opt.HeartbeatTimeout))
+			p.q.pushRaw(ping(s.opt.HeartbeatTimeout), true)
 			continue
 		case <-p.q.ready:
 		}

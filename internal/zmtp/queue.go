@@ -56,10 +56,11 @@ func (q *queue) push(frames [][]byte, hwm int) bool {
 	return true
 }
 
-// pushRaw queues framed bytes unless maxCtrl are waiting.
-func (q *queue) pushRaw(raw []byte) bool {
+// pushRaw queues framed bytes; a peer-triggered one (limited) is dropped
+// when maxCtrl are waiting. Our own subscriptions are never dropped.
+func (q *queue) pushRaw(raw []byte, limited bool) bool {
 	q.mu.Lock()
-	if q.ctrl >= maxCtrl {
+	if limited && q.ctrl >= maxCtrl {
 		q.mu.Unlock()
 		return false
 	}

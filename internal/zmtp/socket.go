@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,17 +158,33 @@ func (s *Socket) Dial(ctx context.Context, ep string) error {
 }
 
 // Subscribe adds a prefix filter to a SUB socket ("" takes everything).
+// As in ZMQ, a prefix subscribed twice takes two Unsubscribes.
 func (s *Socket) Subscribe(prefix string) error {
+	return s.subscribe(true, prefix)
+}
+
+// Unsubscribe drops one subscription to prefix; an unknown one is ignored.
+func (s *Socket) Unsubscribe(prefix string) error {
+	return s.subscribe(false, prefix)
+}
+
+func (s *Socket) subscribe(add bool, prefix string) error {
 	if s.typ != Sub {
-		return fmt.Errorf("%w: Subscribe on %s", ErrType, s.typ)
+		return fmt.Errorf("%w: subscriptions on %s", ErrType, s.typ)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.subs = append(s.subs, prefix)
-	f := append([]string(nil), s.subs...)
+	if add {
+		s.subs = append(s.subs, prefix)
+	} else if i := slices.Index(s.subs, prefix); i >= 0 {
+		s.subs = slices.Delete(s.subs, i, i+1)
+	} else {
+		return nil
+	}
+	f := slices.Clone(s.subs)
 	s.filter.Store(&f)
 	for _, p := range *s.peers.Load() {
-		p.q.pushRaw(subscription(p.info, true, prefix))
+		p.q.pushRaw(subscription(p.info, add, prefix), false)
 	}
 	return nil
 }
@@ -303,5 +320,3 @@ func (s *Socket) Close() error {
 	s.wg.Wait()
 	return nil
 }
-
-// track records an open connection; false (and the connection closed) if

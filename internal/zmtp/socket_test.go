@@ -144,6 +144,12 @@ func TestSubscriptionForms(t *testing.T) {
 		if got := frameStrings(recv(t, sub)); !slices.Equal(got, []string{fmt.Sprint("kv", minor), "yes"}) {
 			t.Fatalf("3.%d: got %q", minor, got)
 		}
+		sub.Unsubscribe("more")
+		if minor == 0 {
+			p.expect("\x00more")
+		} else {
+			p.expect("!CANCEL:more")
+		}
 	}
 }
 
@@ -483,5 +489,23 @@ func TestCloseStopsEverything(t *testing.T) {
 	}
 	if err := pub.Listen("tcp://127.0.0.1:0"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Listen after Close: %v", err)
+	}
+}
+
+// TestManySubscriptionsReachNewPeer: our own subscriptions are never
+// dropped, however many, unlike PONGs to a peer that floods PINGs.
+func TestManySubscriptionsReachNewPeer(t *testing.T) {
+	checkLeaks(t)
+	sub := newSocket(t, Sub, Options{})
+	const n = 3 * maxCtrl
+	for i := range n {
+		sub.Subscribe(fmt.Sprint("t", i))
+	}
+	ep, accept := rawListener(t)
+	sub.Connect(ep)
+	p := accept()
+	p.handshake("PUB", 1)
+	for i := range n {
+		p.expect(fmt.Sprint("!SUBSCRIBE:t", i))
 	}
 }
