@@ -123,6 +123,7 @@ func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank in
 		f.Log.Error("worker: events", "worker", in.id, "err", err)
 		return
 	}
+	f.Metrics.streams.add(ep, sub)
 	pump(ctx, sub, f.Log, func(it kvstream.Item) { in.handle(it, rank) })
 }
 
@@ -154,6 +155,7 @@ func (f *Fleet) bind(ctx context.Context) {
 		return
 	}
 	f.Log.Info("events: listening for engines", "endpoint", f.EventsBind)
+	f.Metrics.streams.add(f.EventsBind, sub)
 	pump(ctx, sub, f.Log, func(it kvstream.Item) {
 		key := itemKey(it)
 		in := f.bound(key)
