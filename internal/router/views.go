@@ -18,10 +18,10 @@ type RankView struct {
 	Endpoint string
 	// Ready says the rank may name a hint source: its stream is in step
 	// and the worker is not down.
-	Ready bool
-	Blocks   Blocks
-	Load     cost.RankLoad
-	Engine   *EngineLoad
+	Ready  bool
+	Blocks Blocks
+	Load   cost.RankLoad
+	Engine *EngineLoad
 }
 
 // OwnerView is one cache owner.
