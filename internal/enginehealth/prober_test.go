@@ -29,8 +29,6 @@ func TestCheck(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s.URL
 	}
-	hang := make(chan struct{})
-	t.Cleanup(func() { close(hang) })
 	tests := []struct {
 		name string
 		url  string
@@ -45,7 +43,7 @@ func TestCheck(t *testing.T) {
 		{"503: vLLM's dead engine", serve(func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}), router.ProbeFailed},
-		{"no answer in time", serve(func(http.ResponseWriter, *http.Request) { <-hang }), router.ProbeFailed},
+		{"no answer in time", serve(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }), router.ProbeFailed},
 		{"nothing listens", refused(), router.ProbeRefused},
 	}
 	for _, tc := range tests {
