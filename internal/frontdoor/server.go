@@ -248,20 +248,23 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 		return nil, &apiError{http.StatusForbidden, "permission_error",
 			headerTarget + " is disabled on this router; start it with --allow-target-override to force a worker", outcomeBadRequest}
 	}
-	if err := s.Router.CheckModel(req.Model); err != nil {
-		// Before tokenizing: an engine tokenizer would fail for want of
-		// a worker to ask, and the request is refused anyway.
-		return nil, &apiError{http.StatusNotFound, "not_found_error", err.Error(), outcomeNoWorker}
-	}
 	start := time.Now()
 	p.tokens, err = s.Tok.Tokenize(r.Context(), req)
 	p.tokenized = time.Since(start)
 	s.Metrics.tokenize.Observe(p.tokenized.Seconds())
+	var unserved error
+	if err != nil && !errors.Is(err, ErrBadRequest) {
+		unserved = s.Router.CheckModel(req.Model)
+	}
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return nil, badRequest(err)
 	case err != nil && r.Context().Err() != nil:
 		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "canceled", outcomeCanceled}
+	case err != nil && unserved != nil:
+		// An engine tokenizer had no worker to ask: the request is for a
+		// model nobody serves, which is what its client must hear.
+		return nil, &apiError{http.StatusNotFound, "not_found_error", unserved.Error(), outcomeNoWorker}
 	case err != nil:
 		// Route on load alone rather than fail a request the engine
 		// would serve.
