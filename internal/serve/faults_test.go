@@ -31,8 +31,8 @@ type logRec struct {
 }
 
 func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler             { return l }
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
 
 func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	rec := logRec{msg: r.Message, attrs: map[string]string{}}
