@@ -38,9 +38,10 @@ const (
 	// retryRefused: the worker refused the connection; it never saw the
 	// request.
 	retryRefused
-	// retryNoAnswer: the connection broke before any byte of the answer
-	// (Server.RetryReset): the worker may have started on the request,
-	// but generation has no side effects and the client saw nothing.
+	// retryNoAnswer: the connection broke before any byte of the answer,
+	// or before any of it went out to the client (Server.RetryReset): the
+	// worker may have started on the request, but generation has no side
+	// effects and the client saw nothing.
 	retryNoAnswer
 )
 
@@ -215,7 +216,8 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		"client_got_part", started, "err", err)
 	msg := fmt.Sprintf("worker %s: the answer broke off: %v", t.Worker.ID, err)
 	if !started {
-		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError}}
+		// Nothing of it reached the client: as good as no answer.
+		return sendResult{retry: retryNoAnswer, err: &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError}}
 	}
 	// Part of a stream went out under a 200: the client learns of the
 	// failure from an error event, and no [DONE] follows (docs/wire.md).

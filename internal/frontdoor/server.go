@@ -51,7 +51,8 @@ type Server struct {
 	// benchmarks read the router's own share of the latency from it.
 	Trace func(Timing)
 	// RetryReset sends a request whose connection broke before any byte
-	// of the answer to another worker, once (--retry-reset).
+	// of the answer reached the client to another worker, once
+	// (--retry-reset).
 	RetryReset bool
 
 	seq atomic.Uint64
