@@ -216,7 +216,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		"client_got_part", started, "err", err)
 	msg := fmt.Sprintf("worker %s: the answer broke off: %v", t.Worker.ID, err)
 	if !started {
-		// Nothing of it reached the client: as good as no answer.
+		// Nothing of it reached the client: as good as no answer. Its
+		// head must not mix with the next attempt's or the error's.
+		clear(w.Header())
 		return sendResult{retry: retryNoAnswer, err: &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError}}
 	}
 	// Part of a stream went out under a 200: the client learns of the

@@ -200,7 +200,7 @@ func rawEngine(t *testing.T, script string) string {
 // chunk frames s as one HTTP/1.1 chunk.
 func chunk(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
 
-const sseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+const sseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Engine: raw\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 // TestRetryOnNoAnswer: a connection that breaks before any byte of the
 // answer sends the request to another worker, once, unless --retry-reset
@@ -283,7 +283,9 @@ func TestStreamBreaksOff(t *testing.T) {
 			status, hdr, body := post(t, g.url(), "/v1/completions", completionBody(prompt(1, 2), extra))
 			if tc.want == "" {
 				var e streamError
-				if status != http.StatusBadGateway || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error.Message, "broke off") {
+				// The failed answer's head is not the error's.
+				if status != http.StatusBadGateway || hdr.Get("X-Engine") != "" || json.Unmarshal(body, &e) != nil ||
+					!strings.Contains(e.Error.Message, "broke off") {
 					t.Fatalf("status %d: %s", status, body)
 				}
 				if n := metricValue(t, g, "kvrouter_stream_errors_total"); n != 0 {
