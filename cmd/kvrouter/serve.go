@@ -3,13 +3,39 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"kvrouter/internal/direct"
+	"kvrouter/internal/index"
 	"kvrouter/internal/serve"
+	"kvrouter/internal/sysmem"
 )
+
+// indexBudget resolves --index-memory: positive as given, negative as
+// unbounded (0 to the router), 0 derived from the machine's memory and the
+// collector's target, once the latter is applied.
+func indexBudget(flag int64, log *slog.Logger) int64 {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0:
+		return 0
+	}
+	avail, err := sysmem.Limit()
+	if err != nil {
+		log.Warn("index memory unbounded: the machine's memory is unknown; set --index-memory", "err", err)
+		return 0
+	}
+	gc := debug.SetGCPercent(100)
+	debug.SetGCPercent(gc)
+	budget := index.DefaultMaxBytes(avail, gc)
+	log.Info("index memory budget (--index-memory)", "bytes", budget, "machine_bytes", avail, "gc_percent", gc,
+		"blocks_one_holder", budget/(index.BytesPerBlock+index.BytesPerPair))
+	return budget
+}
 
 func init() { commands = append(commands, newServeCmd) }
 
@@ -17,9 +43,10 @@ func newServeCmd() *cobra.Command {
 	var gcPercent *int
 	o := serve.Defaults()
 	var (
-		workers  []string
-		setupMS  float64
-		logLevel string
+		workers     []string
+		setupMS     float64
+		logLevel    string
+		indexMemory int64
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -99,6 +126,7 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 				o.Workers = append(o.Workers, spec)
 			}
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
+			o.MaxIndexBytes = indexBudget(indexMemory, o.Log)
 			ctx, stop := interruptible(cmd)
 			defer stop()
 			return serve.Run(ctx, o)
@@ -139,7 +167,11 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.BoolVar(&o.RetryReset, "retry-reset", o.RetryReset, "send a request whose connection to a worker broke before any byte of the answer to another worker, once")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
 	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
-	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is unbounded")
+	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is no block cap (--index-memory still bounds the index)")
+	f.Int64Var(&indexMemory, "index-memory", 0, "cap on each (model, block size) index's estimated memory, in bytes, least recently matched blocks evicted first; "+
+		"0 derives it from the machine: half the memory the process may use (the smaller of /proc/meminfo's MemTotal and the cgroup's memory limit) "+
+		"divided by the heap growth --gc-percent allows, a tenth of it at the default 400 (a block costs ~105 bytes held by one source, ~45 more per further source); "+
+		"negative is unbounded")
 	f.StringVar(&o.Replica, "replica", "", "this router service's name among replicas sharing load on NATS; empty picks a random one")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

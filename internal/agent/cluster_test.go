@@ -13,6 +13,7 @@ import (
 
 	"kvrouter/internal/bus"
 	"kvrouter/internal/index"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
@@ -43,7 +44,7 @@ type engine struct {
 	port   int
 	replay int
 	buffer int
-	enc    kvevents.Encoder
+	enc    kvencode.Encoder
 	topic  string
 	srv    *httptest.Server
 	sick   atomic.Bool // /health fails
@@ -56,9 +57,9 @@ type engine struct {
 func startEngine(t *testing.T, kind workerconfig.Engine, config string, buffer int) *engine {
 	t.Helper()
 	e := &engine{t: t, kind: kind, buffer: buffer}
-	e.enc.Format = kvevents.SGLangMap
+	e.enc.Format = kvencode.SGLangMap
 	if kind == workerconfig.EngineVLLM {
-		e.enc.Format = kvevents.VLLMMap
+		e.enc.Format = kvencode.VLLMMap
 	}
 	e.newPublisher("tcp://*:0", "tcp://*:0")
 	e.port, e.replay = e.pub.Addr().(*net.TCPAddr).Port, e.pub.ReplayAddr().(*net.TCPAddr).Port

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
@@ -165,16 +166,16 @@ type harness struct {
 	byName map[string]index.Source
 	seq    map[int]uint64
 	topic  string
-	enc    kvevents.Encoder
+	enc    kvencode.Encoder
 }
 
 func newHarness(t *testing.T, engine workerconfig.Engine, config string) *harness {
 	t.Helper()
 	d := descriptor(t, engine, config)
 	h := &harness{t: t, plane: &memPlane{}, alias: map[index.Source]string{}, byName: map[string]index.Source{}, seq: map[int]uint64{}}
-	h.enc.Format = kvevents.SGLangMap
+	h.enc.Format = kvencode.SGLangMap
 	if engine == workerconfig.EngineVLLM {
-		h.enc.Format = kvevents.VLLMMap
+		h.enc.Format = kvencode.VLLMMap
 	}
 	h.topic = d.Events[0].Topic
 	core, err := NewCore("w", d, h.plane, quiet())
@@ -197,7 +198,7 @@ func (h *harness) name(n string, s index.Source) { h.alias[s], h.byName[n] = n, 
 
 // ev builds an engine event on blocks of the harness tree.
 func (h *harness) ev(kind string, runner bool, names ...string) kvevents.Event {
-	return h.tr.event(h.enc.Format == kvevents.VLLMMap, kind, runner, names...)
+	return h.tr.event(h.enc.Format == kvencode.VLLMMap, kind, runner, names...)
 }
 
 // event builds an engine event on blocks of the tree: kind is "store",

@@ -73,7 +73,7 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 		// The client's options as parsed (hints do not touch them).
 		so := p.req.top[keyStreamOptions]
 		if p.req.top == nil {
-			so, _ = topMember(body, keyStreamOptions)
+			so = topMember(body, keyStreamOptions)
 		}
 		v, err := usageOptions(so)
 		if err != nil {

@@ -93,7 +93,7 @@ func (ix *Index) appendMatch(dst []Match, local []uint64, opts MatchOptions, mem
 	sc := ix.scratch.Get().(*scratch)
 	defer ix.scratch.Put(sc)
 	sc.reset(len(tbl.srcs), opts.Chains, len(local), mem)
-	if ix.maxBlocks > 0 {
+	if ix.maxBlocks > 0 || ix.maxBytes > 0 {
 		sc.now = ix.tick()
 	}
 	sc.prefetchLocal(local)

@@ -13,7 +13,7 @@ import (
 //   - a cache owner (Owner, SPEC 4.4): runner-owned residency, which can
 //     outlive the worker that stored it.
 //
-// The field layout matches hints.Source so that one converts to the other.
+// Hint selection names its sources and targets with it too.
 type Source struct {
 	Worker string
 	Rank   int

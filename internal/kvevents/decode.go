@@ -261,10 +261,10 @@ func (s *scratch) arrayEnvelope(b *Batch) error {
 		return envelopeError("", err)
 	}
 	if n < 2 {
-		return envelopeError("", fmt.Errorf("%w: %d-element envelope, want [ts, events] or [ts, events, %s]", ErrMalformed, n, keyDPRank))
+		return envelopeError("", fmt.Errorf("%w: %d-element envelope, want [ts, events] or [ts, events, %s]", ErrMalformed, n, KeyDPRank))
 	}
 	if b.TS, err = s.r.float(); err != nil {
-		return envelopeError(keyTS, err)
+		return envelopeError(KeyTS, err)
 	}
 	if err := s.eventList(); err != nil {
 		return err
@@ -296,19 +296,19 @@ func (s *scratch) mapEnvelope(b *Batch) error {
 			return envelopeError("key", err)
 		}
 		switch string(key) {
-		case keyTS:
+		case KeyTS:
 			if b.TS, err = s.r.float(); err != nil {
-				return envelopeError(keyTS, err)
+				return envelopeError(KeyTS, err)
 			}
-		case keyEvents:
+		case KeyEvents:
 			if sawEvents {
-				return envelopeError(keyEvents, fmt.Errorf("%w: duplicate key", ErrMalformed))
+				return envelopeError(KeyEvents, fmt.Errorf("%w: duplicate key", ErrMalformed))
 			}
 			sawEvents = true
 			if err := s.eventList(); err != nil {
 				return err
 			}
-		case keyDPRank:
+		case KeyDPRank:
 			if err := s.dpRank(b); err != nil {
 				return err
 			}
@@ -320,7 +320,7 @@ func (s *scratch) mapEnvelope(b *Batch) error {
 		}
 	}
 	if !sawEvents {
-		return envelopeError(keyEvents, fmt.Errorf("%w: missing", ErrMalformed))
+		return envelopeError(KeyEvents, fmt.Errorf("%w: missing", ErrMalformed))
 	}
 	return nil
 }
@@ -332,7 +332,7 @@ func (s *scratch) dpRank(b *Batch) error {
 	}
 	v, err := s.r.int()
 	if err != nil {
-		return envelopeError(keyDPRank, err)
+		return envelopeError(KeyDPRank, err)
 	}
 	b.DPRank, b.HasDPRank = int(v), true
 	return nil
@@ -341,7 +341,7 @@ func (s *scratch) dpRank(b *Batch) error {
 func (s *scratch) eventList() error {
 	n, err := s.r.arrayLen()
 	if err != nil {
-		return envelopeError(keyEvents, err)
+		return envelopeError(KeyEvents, err)
 	}
 	// Sized by the header for typical batches; a hostile count only
 	// reserves a bounded amount, and append grows past it when real.

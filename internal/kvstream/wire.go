@@ -116,6 +116,14 @@ func TopicKey(topic string) string {
 	return topic
 }
 
+// TopicEpoch is SGLang's epoch suffix of a live topic, "" for none: the
+// part TopicKey strips, without a runner shard suffix after it. A new epoch
+// is a new publisher process.
+func TopicEpoch(topic string) string {
+	base, _, _ := kvevents.ParseRunnerShardTopic(topic)
+	return base[len(TopicKey(base)):]
+}
+
 // PublisherKey is the publisher key of a live topic in bind mode with several
 // publishers: the engine's topic without its epoch suffix (TopicKey) nor the
 // runner shard suffix (kvevents.RunnerShardTopic) a TP > 1 kvrouter engine

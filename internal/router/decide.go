@@ -261,7 +261,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	if r.cfg.NoHints {
 		d.HintDecision = hints.Decision{Reason: hints.ReasonDisabled}
 	} else {
-		d.Hint, d.HintDecision = r.hint(g, d.Target, req.Salt)
+		d.Hint, d.HintDecision = r.hint(g, d.Target)
 	}
 	return d, nil
 }
@@ -338,11 +338,10 @@ func (r *Router) fill(c *cost.Candidate, g *group, e *entry, i int, ld *loads) {
 
 // hint runs hint selection for the chosen target. It never changes the
 // target.
-func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decision) {
+func (r *Router) hint(g *group, t Target) (hints.Hint, hints.Decision) {
 	tsrc := index.WorkerRank(t.Worker.ID, t.Rank)
 	req := hints.Request{
-		Target: hints.Source(tsrc),
-		Salt:   salt,
+		Target: tsrc,
 		Meta:   r.meta,
 	}
 	req.TargetMeta, _ = r.meta(req.Target)
@@ -386,14 +385,12 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 			guess = e != nil && e.w.Mode == ModeApproximate
 		}
 		req.Candidates = append(req.Candidates, hints.Candidate{
-			Source: hints.Source(src),
+			Source: src,
 			Depth:  depth,
 			Chain:  m.Chain,
 			// A guess carries made-up engine hashes: comparing them
 			// means nothing (and Meta refuses the source anyway).
 			HashConflict: !guess && g.ix.Conflict(tsrc, src),
-			// Identities are salted: a match is under the request's salt.
-			Salt: salt,
 		})
 	}
 	h, d := hints.Select(req, r.policies[g.bs])
@@ -404,7 +401,7 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 }
 
 // meta is what hint selection knows about a source. Callers hold mu.
-func (r *Router) meta(s hints.Source) (hints.Meta, bool) {
+func (r *Router) meta(s index.Source) (hints.Meta, bool) {
 	if s.Owner != "" {
 		o := r.owners[s.Owner]
 		if o == nil {

@@ -36,6 +36,9 @@ type Config struct {
 	DetachedOwnerTTL time.Duration
 	// MaxBlocks caps each (model, block size) index; 0 is unbounded.
 	MaxBlocks int
+	// MaxIndexBytes caps each (model, block size) index's estimated
+	// memory (index.Config.MaxBytes); 0 is unbounded.
+	MaxIndexBytes int64
 	// Health paces health probes and says when a worker is down.
 	Health HealthConfig
 }
@@ -143,7 +146,7 @@ func New(cfg Config) (*Router, error) {
 	return &Router{
 		cfg:      cfg,
 		picker:   &cost.Picker{Routing: cfg.Routing, Temperature: cfg.Temperature},
-		set:      index.NewSet(cfg.MaxBlocks),
+		set:      index.NewSet(cfg.MaxBlocks, cfg.MaxIndexBytes),
 		load:     cost.NewLoad(),
 		workers:  map[string]*entry{},
 		models:   map[string][]*entry{},

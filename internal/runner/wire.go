@@ -58,6 +58,7 @@ const (
 	codeAuth     = 1
 	codeProtocol = 2
 	codeTooLarge = 3
+	codeBusy     = 4
 )
 
 // Wire errors.
@@ -71,6 +72,9 @@ var (
 	ErrChecksum = errors.New("block checksum mismatch")
 	// ErrAuth: the peers do not share the secret.
 	ErrAuth = errors.New("peer authentication failed")
+	// ErrPeerBusy: the peer refused the connection, having as many open as
+	// it serves in all or from this client.
+	ErrPeerBusy = errors.New("peer refused the connection: too many connections")
 )
 
 type header struct {
@@ -254,6 +258,8 @@ func (e *PeerError) Unwrap() error {
 		return ErrAuth
 	case codeTooLarge:
 		return ErrFrameTooLarge
+	case codeBusy:
+		return ErrPeerBusy
 	}
 	return ErrProtocol
 }

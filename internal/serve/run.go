@@ -85,6 +85,9 @@ type Options struct {
 	EngineMetricsInterval time.Duration
 	AllowTargetOverride   bool
 	MaxBlocks             int
+	// MaxIndexBytes caps each index's estimated memory; 0 is unbounded.
+	// The command's --index-memory derives it from the machine.
+	MaxIndexBytes int64
 	// UpstreamIdleTimeout is how long a keep-alive connection to an engine
 	// may sit idle and still be reused: below the engine's own keep-alive
 	// (uvicorn's 5 s) or that of any proxy in front of it.
@@ -288,7 +291,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	r, err := router.New(router.Config{Weights: o.Weights, Temperature: o.Temperature, Policy: policy,
 		Routing: routing, NoHints: o.HintPolicy == policyOff,
 		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks,
-		Health: router.HealthConfig{Interval: o.HealthInterval, DownAfter: o.HealthDownAfter}})
+		MaxIndexBytes: o.MaxIndexBytes,
+		Health:        router.HealthConfig{Interval: o.HealthInterval, DownAfter: o.HealthDownAfter}})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errOptions, err)
 	}

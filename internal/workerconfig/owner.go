@@ -21,14 +21,6 @@ func OwnerDomain(id string) string {
 	return domain
 }
 
-// OwnerTopic is the topic one owner's events are republished under. It is a
-// digest so that it is a plain token on any event plane (owner ids contain
-// ':' and '/').
-func OwnerTopic(ownerID string) string {
-	sum := sha256.Sum256([]byte(ownerID))
-	return OwnerTopicPrefix + hex.EncodeToString(sum[:16])
-}
-
 // DeriveOwnerID computes the owner id of a runner that names none itself.
 // It depends only on what survives an engine restart, so a restarted worker
 // keeps its owner and its runner's blocks stay addressable:

@@ -49,9 +49,6 @@ const (
 	AggregateEngine = "engine"
 )
 
-// OwnerTopicPrefix starts every owner-specific event topic.
-const OwnerTopicPrefix = "kvcr-owner."
-
 // Values found inside configurations.
 const (
 	backendKVCR       = "kvcr"

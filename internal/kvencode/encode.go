@@ -1,4 +1,7 @@
-package kvevents
+// Package kvencode writes KV event batches the way vLLM and SGLang publish
+// them, in each engine's wire forms: the simulated engine's side of the
+// wire that kvevents decodes. Its tests check it against that decoder.
+package kvencode
 
 import (
 	"encoding/binary"
@@ -6,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"kvrouter/internal/kvevents"
 )
 
 // ErrUnencodable: the batch holds something the chosen wire form cannot
@@ -57,18 +62,18 @@ type Encoder struct {
 	Format   Format
 	Envelope Envelope
 	// Mediums overrides DefaultMedium per tier, for events whose Medium is "".
-	Mediums map[Tier]string
+	Mediums map[kvevents.Tier]string
 }
 
 // Encode returns b's payload.
-func (e *Encoder) Encode(b Batch) ([]byte, error) {
+func (e *Encoder) Encode(b kvevents.Batch) ([]byte, error) {
 	return e.Append(nil, b)
 }
 
 // Append appends b's payload to dst. On error dst is returned unchanged.
-func (e *Encoder) Append(dst []byte, b Batch) ([]byte, error) {
+func (e *Encoder) Append(dst []byte, b kvevents.Batch) ([]byte, error) {
 	if e.Format > SGLangArray {
-		return dst, fmt.Errorf("kvevents: encode: Format %d: %w", e.Format, ErrUnencodable)
+		return dst, fmt.Errorf("kvencode: Format %d: %w", e.Format, ErrUnencodable)
 	}
 	out := dst
 	switch e.Envelope {
@@ -77,9 +82,9 @@ func (e *Encoder) Append(dst []byte, b Batch) ([]byte, error) {
 		out = appendFloat(out, b.TS)
 	case EnvelopeMap:
 		out = append(out, 0x83)
-		out = appendStr(out, keyTS)
+		out = appendStr(out, kvevents.KeyTS)
 		out = appendFloat(out, b.TS)
-		out = appendStr(out, keyEvents)
+		out = appendStr(out, kvevents.KeyEvents)
 	default:
 		out = append(out, 0x93)
 		out = appendFloat(out, b.TS)
@@ -88,14 +93,14 @@ func (e *Encoder) Append(dst []byte, b Batch) ([]byte, error) {
 	for i := range b.Events {
 		var err error
 		if out, err = e.appendEvent(out, &b.Events[i]); err != nil {
-			return dst, fmt.Errorf("kvevents: encode event %d: %w", i, err)
+			return dst, fmt.Errorf("kvencode: event %d: %w", i, err)
 		}
 	}
 	switch e.Envelope {
 	case EnvelopeLegacy:
 		return out, nil
 	case EnvelopeMap:
-		out = appendStr(out, keyDPRank)
+		out = appendStr(out, kvevents.KeyDPRank)
 	}
 	if !b.HasDPRank {
 		return append(out, 0xc0), nil
@@ -107,10 +112,24 @@ func unencodable(field, why string) error {
 	return fmt.Errorf("field %s: %s: %w", field, why, ErrUnencodable)
 }
 
+// DefaultMedium is the medium name the Encoder writes for a tier when an
+// event does not carry its own.
+func DefaultMedium(t kvevents.Tier) string {
+	switch t {
+	case kvevents.TierHost:
+		return "CPU"
+	case kvevents.TierDisk:
+		return "DISK"
+	case kvevents.TierExternal:
+		return kvevents.MediumLinker
+	}
+	return "GPU"
+}
+
 // medium picks the name to write and checks the decoder will read the same
 // tier and ownership back: "EXTERNAL" means runner-owned, and only vLLM's
 // map form has another way to say runner-owned.
-func (e *Encoder) medium(ev *Event) (string, error) {
+func (e *Encoder) medium(ev *kvevents.Event) (string, error) {
 	m := ev.Medium
 	if m == "" {
 		m = e.Mediums[ev.Tier]
@@ -118,80 +137,80 @@ func (e *Encoder) medium(ev *Event) (string, error) {
 	if m == "" {
 		m = DefaultMedium(ev.Tier)
 	}
-	if _, tier, ok := mediumTier([]byte(m)); !ok || tier != ev.Tier {
-		return "", unencodable(keyMedium, fmt.Sprintf("%q is not a %s medium", m, ev.Tier))
+	if _, tier, ok := kvevents.MediumTier([]byte(m)); !ok || tier != ev.Tier {
+		return "", unencodable(kvevents.KeyMedium, fmt.Sprintf("%q is not a %s medium", m, ev.Tier))
 	}
-	if m == mediumLinker && ev.Ownership != OwnedByRunner {
-		return "", unencodable(keyMedium, mediumLinker+" marks runner-owned blocks; use another external medium")
+	if m == kvevents.MediumLinker && ev.Ownership != kvevents.OwnedByRunner {
+		return "", unencodable(kvevents.KeyMedium, kvevents.MediumLinker+" marks runner-owned blocks; use another external medium")
 	}
-	if ev.Ownership == OwnedByRunner && m != mediumLinker && e.Format != VLLMMap {
-		return "", unencodable(keyOwnership, fmt.Sprintf("%s carries runner ownership only as medium %s", e.Format, mediumLinker))
+	if ev.Ownership == kvevents.OwnedByRunner && m != kvevents.MediumLinker && e.Format != VLLMMap {
+		return "", unencodable(kvevents.KeyOwnership, fmt.Sprintf("%s carries runner ownership only as medium %s", e.Format, kvevents.MediumLinker))
 	}
 	return m, nil
 }
 
-func (e *Encoder) appendEvent(b []byte, ev *Event) ([]byte, error) {
+func (e *Encoder) appendEvent(b []byte, ev *kvevents.Event) ([]byte, error) {
 	sglang := e.Format == SGLangMap || e.Format == SGLangArray
 	if e.Format != VLLMMap {
 		switch {
 		case ev.Locality != "":
-			return b, unencodable(keyLocality, "only "+VLLMMap.String()+" carries it")
+			return b, unencodable(kvevents.KeyLocality, "only "+VLLMMap.String()+" carries it")
 		case ev.SessionID != "" && e.Format != SGLangMap:
-			return b, unencodable(keySessionID, "only map forms carry it")
+			return b, unencodable(kvevents.KeySessionID, "only map forms carry it")
 		}
 	}
 	if sglang {
 		switch {
 		case ev.GroupIdx != 0:
-			return b, unencodable(keyGroupIdx, "SGLang forms do not carry it")
+			return b, unencodable(kvevents.KeyGroupIdx, "SGLang forms do not carry it")
 		case ev.SpecKind != "":
-			return b, unencodable(keySpecKind, "SGLang forms do not carry it")
+			return b, unencodable(kvevents.KeySpecKind, "SGLang forms do not carry it")
 		case ev.LoRAName != "" && e.Format == SGLangArray:
-			return b, unencodable(keyLoRAName, "only "+SGLangMap.String()+" carries it")
+			return b, unencodable(kvevents.KeyLoRAName, "only "+SGLangMap.String()+" carries it")
 		}
-	} else if ev.Kind == KindStored && ev.CacheSalt != "" && (ev.HasParent || len(ev.BlockHashes) == 0) {
+	} else if ev.Kind == kvevents.KindStored && ev.CacheSalt != "" && (ev.HasParent || len(ev.BlockHashes) == 0) {
 		// vLLM puts the salt in a prefix's first block's extra keys only.
-		return b, unencodable(keyCacheSalt, "vLLM forms carry it on a root store only")
+		return b, unencodable(kvevents.KeyCacheSalt, "vLLM forms carry it on a root store only")
 	}
 	if slices.ContainsFunc(ev.BlockExtra, func(x uint64) bool { return x != 0 }) {
 		// SGLang has no extra keys, and vLLM's cannot be rebuilt from them.
-		return b, unencodable(keyExtraKeys, "a digest does not say which keys it came from")
+		return b, unencodable(kvevents.KeyExtraKeys, "a digest does not say which keys it came from")
 	}
 	switch ev.Kind {
-	case KindStored:
+	case kvevents.KindStored:
 		return e.appendStored(b, ev, sglang)
-	case KindRemoved:
+	case kvevents.KindRemoved:
 		return e.appendRemoved(b, ev, sglang)
-	case KindCleared:
-		if ev.Ownership == OwnedByRunner {
+	case kvevents.KindCleared:
+		if ev.Ownership == kvevents.OwnedByRunner {
 			if e.Format != VLLMMap {
-				return b, unencodable(keyOwnership, "only "+VLLMMap.String()+" carries it")
+				return b, unencodable(kvevents.KeyOwnership, "only "+VLLMMap.String()+" carries it")
 			}
 			b = append(b, 0x82)
-			b = appendStr(b, keyType)
-			b = appendStr(b, tagCleared)
-			b = appendStr(b, keyOwnership)
-			return appendStr(b, ownerRunner), nil
+			b = appendStr(b, kvevents.KeyType)
+			b = appendStr(b, kvevents.TagCleared)
+			b = appendStr(b, kvevents.KeyOwnership)
+			return appendStr(b, kvevents.OwnerKVCR), nil
 		}
 		if e.Format == VLLMArray || e.Format == SGLangArray {
-			return appendStr(append(b, 0x91), tagCleared), nil
+			return appendStr(append(b, 0x91), kvevents.TagCleared), nil
 		}
 		b = append(b, 0x81)
-		b = appendStr(b, keyType)
-		return appendStr(b, tagCleared), nil
+		b = appendStr(b, kvevents.KeyType)
+		return appendStr(b, kvevents.TagCleared), nil
 	}
-	return b, unencodable(keyType, fmt.Sprintf("kind %d", ev.Kind))
+	return b, unencodable(kvevents.KeyType, fmt.Sprintf("kind %d", ev.Kind))
 }
 
-func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error) {
+func (e *Encoder) appendStored(b []byte, ev *kvevents.Event, sglang bool) ([]byte, error) {
 	if ev.BlockSize < 0 {
-		return b, unencodable(keyBlockSize, "negative")
+		return b, unencodable(kvevents.KeyBlockSize, "negative")
 	}
 	if placeholder := len(ev.TokenIDs) == 0 || ev.BlockSize == 0; placeholder != ev.Placeholder {
-		return b, unencodable(keyTokenIDs, "Placeholder must be set exactly when token_ids is empty or block_size is 0")
+		return b, unencodable(kvevents.KeyTokenIDs, "Placeholder must be set exactly when token_ids is empty or block_size is 0")
 	}
 	if !ev.Placeholder && len(ev.TokenIDs) != len(ev.BlockHashes)*ev.BlockSize {
-		return b, unencodable(keyTokenIDs, fmt.Sprintf("%d token ids for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize))
+		return b, unencodable(kvevents.KeyTokenIDs, fmt.Sprintf("%d token ids for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize))
 	}
 	medium, err := e.medium(ev)
 	if err != nil {
@@ -201,72 +220,72 @@ func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error)
 	// Header: count the fields this form writes.
 	switch {
 	case e.Format == VLLMArray:
-		b = appendStr(append(b, 0x9c), tagStored) // tag + 11 positions
+		b = appendStr(append(b, 0x9c), kvevents.TagStored) // tag + 11 positions
 	case e.Format == SGLangArray:
 		if ev.CacheSalt != "" {
-			b = appendStr(append(b, 0x98), tagStored)
+			b = appendStr(append(b, 0x98), kvevents.TagStored)
 		} else {
-			b = appendStr(append(b, 0x97), tagStored)
+			b = appendStr(append(b, 0x97), kvevents.TagStored)
 		}
 	default:
 		n := 7 // type … medium
 		if sglang {
 			n += count(ev.CacheSalt != "", ev.SessionID != "", ev.LoRAName != "")
 		} else {
-			n += 3 + count(ev.SpecKind != "", ev.Locality != "", ev.Ownership == OwnedByRunner, ev.SessionID != "")
+			n += 3 + count(ev.SpecKind != "", ev.Locality != "", ev.Ownership == kvevents.OwnedByRunner, ev.SessionID != "")
 		}
 		b = appendMapLen(b, n)
-		b = appendStr(b, keyType)
-		b = appendStr(b, tagStored)
+		b = appendStr(b, kvevents.KeyType)
+		b = appendStr(b, kvevents.TagStored)
 	}
 	key := func(k string) {
 		if isMap {
 			b = appendStr(b, k)
 		}
 	}
-	key(keyBlockHashes)
+	key(kvevents.KeyBlockHashes)
 	b = appendArrayLen(b, len(ev.BlockHashes))
 	for _, h := range ev.BlockHashes {
 		b = appendHash(b, h, sglang)
 	}
-	key(keyParent)
+	key(kvevents.KeyParent)
 	if ev.HasParent {
 		b = appendHash(b, ev.ParentHash, sglang)
 	} else {
 		b = append(b, 0xc0)
 	}
-	key(keyTokenIDs)
+	key(kvevents.KeyTokenIDs)
 	b = appendArrayLen(b, len(ev.TokenIDs))
 	for _, t := range ev.TokenIDs {
 		b = appendUint(b, uint64(t))
 	}
-	key(keyBlockSize)
+	key(kvevents.KeyBlockSize)
 	b = appendUint(b, uint64(ev.BlockSize))
-	key(keyLoRAID)
+	key(kvevents.KeyLoRAID)
 	if ev.HasLoRAID {
 		b = appendInt(b, ev.LoRAID)
 	} else {
 		b = append(b, 0xc0)
 	}
-	key(keyMedium)
+	key(kvevents.KeyMedium)
 	b = appendStr(b, medium)
 	switch e.Format {
 	case SGLangArray:
 		if ev.CacheSalt != "" {
 			b = append(b, 0x81)
-			b = appendStr(b, keyCacheSalt)
+			b = appendStr(b, kvevents.KeyCacheSalt)
 			b = appendStr(b, ev.CacheSalt)
 		}
 	case SGLangMap:
-		b = appendOptStr(b, keyCacheSalt, ev.CacheSalt)
-		b = appendOptStr(b, keySessionID, ev.SessionID)
-		b = appendOptStr(b, keyLoRAName, ev.LoRAName)
+		b = appendOptStr(b, kvevents.KeyCacheSalt, ev.CacheSalt)
+		b = appendOptStr(b, kvevents.KeySessionID, ev.SessionID)
+		b = appendOptStr(b, kvevents.KeyLoRAName, ev.LoRAName)
 	default:
-		key(keyLoRAName)
+		key(kvevents.KeyLoRAName)
 		b = appendNilStr(b, ev.LoRAName)
 		// vLLM sends one extra-keys entry per block: nil, or for a root
 		// block of a salted request the salt (after the LoRA name).
-		key(keyExtraKeys)
+		key(kvevents.KeyExtraKeys)
 		b = appendArrayLen(b, len(ev.BlockHashes))
 		for i := range ev.BlockHashes {
 			switch {
@@ -278,62 +297,62 @@ func (e *Encoder) appendStored(b []byte, ev *Event, sglang bool) ([]byte, error)
 				b = append(b, 0xc0)
 			}
 		}
-		key(keyGroupIdx)
+		key(kvevents.KeyGroupIdx)
 		b = appendInt(b, int64(ev.GroupIdx))
 		if e.Format == VLLMArray {
 			b = appendNilStr(b, ev.SpecKind)
 			b = append(b, 0xc0) // sliding window, not kept
 			break
 		}
-		b = appendOptStr(b, keySpecKind, ev.SpecKind)
-		b = appendOptStr(b, keyLocality, ev.Locality)
-		if ev.Ownership == OwnedByRunner {
-			b = appendOptStr(b, keyOwnership, ownerRunner)
+		b = appendOptStr(b, kvevents.KeySpecKind, ev.SpecKind)
+		b = appendOptStr(b, kvevents.KeyLocality, ev.Locality)
+		if ev.Ownership == kvevents.OwnedByRunner {
+			b = appendOptStr(b, kvevents.KeyOwnership, kvevents.OwnerKVCR)
 		}
-		b = appendOptStr(b, keySessionID, ev.SessionID)
+		b = appendOptStr(b, kvevents.KeySessionID, ev.SessionID)
 	}
 	return b, nil
 }
 
-func (e *Encoder) appendRemoved(b []byte, ev *Event, sglang bool) ([]byte, error) {
+func (e *Encoder) appendRemoved(b []byte, ev *kvevents.Event, sglang bool) ([]byte, error) {
 	medium, err := e.medium(ev)
 	if err != nil {
 		return b, err
 	}
 	switch e.Format {
 	case VLLMArray:
-		b = appendStr(append(b, 0x94), tagRemoved)
+		b = appendStr(append(b, 0x94), kvevents.TagRemoved)
 	case SGLangArray:
-		b = appendStr(append(b, 0x93), tagRemoved)
+		b = appendStr(append(b, 0x93), kvevents.TagRemoved)
 	case SGLangMap:
-		b = appendStr(appendStr(append(b, 0x83), keyType), tagRemoved)
+		b = appendStr(appendStr(append(b, 0x83), kvevents.KeyType), kvevents.TagRemoved)
 	default:
-		n := 4 + count(ev.Locality != "", ev.Ownership == OwnedByRunner)
-		b = appendStr(appendStr(appendMapLen(b, n), keyType), tagRemoved)
+		n := 4 + count(ev.Locality != "", ev.Ownership == kvevents.OwnedByRunner)
+		b = appendStr(appendStr(appendMapLen(b, n), kvevents.KeyType), kvevents.TagRemoved)
 	}
 	isMap := e.Format == VLLMMap || e.Format == SGLangMap
 	if isMap {
-		b = appendStr(b, keyBlockHashes)
+		b = appendStr(b, kvevents.KeyBlockHashes)
 	}
 	b = appendArrayLen(b, len(ev.BlockHashes))
 	for _, h := range ev.BlockHashes {
 		b = appendHash(b, h, sglang)
 	}
 	if isMap {
-		b = appendStr(b, keyMedium)
+		b = appendStr(b, kvevents.KeyMedium)
 	}
 	b = appendStr(b, medium)
 	if sglang {
 		return b, nil
 	}
 	if isMap {
-		b = appendStr(b, keyGroupIdx)
+		b = appendStr(b, kvevents.KeyGroupIdx)
 	}
 	b = appendInt(b, int64(ev.GroupIdx))
 	if e.Format == VLLMMap {
-		b = appendOptStr(b, keyLocality, ev.Locality)
-		if ev.Ownership == OwnedByRunner {
-			b = appendOptStr(b, keyOwnership, ownerRunner)
+		b = appendOptStr(b, kvevents.KeyLocality, ev.Locality)
+		if ev.Ownership == kvevents.OwnedByRunner {
+			b = appendOptStr(b, kvevents.KeyOwnership, kvevents.OwnerKVCR)
 		}
 	}
 	return b, nil

@@ -1,4 +1,6 @@
-package agent
+// This file holds the folding of a DP rank's TP-shard runner inventories into its cache owner's.
+
+package ingest
 
 import (
 	"fmt"
@@ -8,7 +10,7 @@ import (
 	"kvrouter/internal/kvhash"
 )
 
-// Aggregator folds the runner inventories of one DP rank's TP ranks into
+// aggregator folds the runner inventories of one DP rank's TP ranks into
 // the inventory of the rank's cache owner (workerconfig.AggregateAllTPRanks).
 // With TP > 1 each TP rank's runner holds only its shard of every block, and
 // a peer pulling a block needs every shard, so a block is the owner's only
@@ -21,7 +23,7 @@ import (
 // index accepts an identity-form store without its parent.
 //
 // It is pure state: no clock, no I/O, not safe for concurrent use.
-type Aggregator struct {
+type aggregator struct {
 	held []map[uint64]uint8 // per TP rank: engine hash -> tier bits
 	ids  map[uint64]blockID // engine hash -> identity, while any rank holds it
 }
@@ -31,9 +33,9 @@ type blockID struct {
 	depth uint32
 }
 
-// NewAggregator returns an empty aggregator of tpRanks TP ranks.
-func NewAggregator(tpRanks int) *Aggregator {
-	a := &Aggregator{held: make([]map[uint64]uint8, tpRanks), ids: map[uint64]blockID{}}
+// newAggregator returns an empty aggregator of tpRanks TP ranks.
+func newAggregator(tpRanks int) *aggregator {
+	a := &aggregator{held: make([]map[uint64]uint8, tpRanks), ids: map[uint64]blockID{}}
 	for i := range a.held {
 		a.held[i] = map[uint64]uint8{}
 	}
@@ -41,11 +43,11 @@ func NewAggregator(tpRanks int) *Aggregator {
 }
 
 // Ranks returns the number of TP ranks.
-func (a *Aggregator) Ranks() int { return len(a.held) }
+func (a *aggregator) Ranks() int { return len(a.held) }
 
 // Reset forgets everything, for a stream reset: the owner source is cleared
 // with it.
-func (a *Aggregator) Reset() {
+func (a *aggregator) Reset() {
 	for i := range a.held {
 		a.held[i] = map[uint64]uint8{}
 	}
@@ -56,7 +58,7 @@ func (a *Aggregator) Reset() {
 // A store naming a parent no rank holds cannot be given an identity: it is
 // refused with index.ErrUnknownParent and changes nothing, like the
 // index refuses it.
-func (a *Aggregator) Apply(tp int, op index.Op) ([]index.Op, error) {
+func (a *aggregator) Apply(tp int, op index.Op) ([]index.Op, error) {
 	if tp < 0 || tp >= len(a.held) {
 		return nil, fmt.Errorf("%w: TP rank %d of %d", index.ErrInvalidOp, tp, len(a.held))
 	}
@@ -93,7 +95,7 @@ func (a *Aggregator) Apply(tp int, op index.Op) ([]index.Op, error) {
 	return nil, fmt.Errorf("%w: kind %d", index.ErrInvalidOp, op.Kind)
 }
 
-func (a *Aggregator) store(tp int, op index.Op, bit uint8) ([]index.Op, error) {
+func (a *aggregator) store(tp int, op index.Op, bit uint8) ([]index.Op, error) {
 	if op.Seqs != nil || len(op.Local) != len(op.Hashes) {
 		return nil, fmt.Errorf("%w: a runner store needs one local hash per block", index.ErrInvalidOp)
 	}
@@ -144,7 +146,7 @@ func (a *Aggregator) store(tp int, op index.Op, bit uint8) ([]index.Op, error) {
 // remap forgets every rank's holding of engine hash e (rank tp is about to
 // hold it anew), returning the removals of the tiers on which all ranks held
 // the old block.
-func (a *Aggregator) remap(e uint64) []index.Op {
+func (a *aggregator) remap(e uint64) []index.Op {
 	var out []index.Op
 	for t := range index.NumTiers {
 		bit := uint8(1) << t
@@ -161,7 +163,7 @@ func (a *Aggregator) remap(e uint64) []index.Op {
 // drop clears the tier bits mask of e on rank tp and reports whether e was
 // held by all ranks on the (single) tier bit before; identities no rank
 // holds anymore are forgotten.
-func (a *Aggregator) drop(tp int, e uint64, mask uint8) bool {
+func (a *aggregator) drop(tp int, e uint64, mask uint8) bool {
 	have, ok := a.held[tp][e]
 	if !ok || have&mask == 0 {
 		return false
@@ -176,7 +178,7 @@ func (a *Aggregator) drop(tp int, e uint64, mask uint8) bool {
 	return was
 }
 
-func (a *Aggregator) forgetIfUnheld(e uint64) {
+func (a *aggregator) forgetIfUnheld(e uint64) {
 	for _, h := range a.held {
 		if _, ok := h[e]; ok {
 			return
@@ -187,7 +189,7 @@ func (a *Aggregator) forgetIfUnheld(e uint64) {
 
 // allHold reports whether every rank holds e on one of the tier bits (a
 // single bit for stores and removals).
-func (a *Aggregator) allHold(e uint64, bit uint8) bool {
+func (a *aggregator) allHold(e uint64, bit uint8) bool {
 	for _, h := range a.held {
 		if h[e]&bit == 0 {
 			return false
@@ -197,4 +199,4 @@ func (a *Aggregator) allHold(e uint64, bit uint8) bool {
 }
 
 // Len returns the number of blocks some rank holds, for tests and metrics.
-func (a *Aggregator) Len() int { return len(a.ids) }
+func (a *aggregator) Len() int { return len(a.ids) }

@@ -1,34 +1,38 @@
-package kvevents
+// This file holds what a rank's later events need from its earlier ones: KV-group kinds and salt chains.
 
-// GroupKinds learns a hybrid model's KV group kinds from its stores: vLLM's
+package ingest
+
+import "kvrouter/internal/kvevents"
+
+// groupKinds learns a hybrid model's KV group kinds from its stores: vLLM's
 // removals name their group only, and groups share block hashes, so a
 // consumer that follows the full-attention group must tell another group's
 // removal from its own (SPEC 2.3). One per stream; not safe for concurrent
 // use.
-type GroupKinds map[int]string
+type groupKinds map[int]string
 
 // Of returns the spec kind of ev's group ("" when unknown), learning it
 // from a store that names it.
-func (g *GroupKinds) Of(ev *Event) string {
+func (g *groupKinds) Of(ev *kvevents.Event) string {
 	switch {
-	case ev.Kind == KindStored && ev.SpecKind != "":
+	case ev.Kind == kvevents.KindStored && ev.SpecKind != "":
 		if *g == nil {
-			*g = GroupKinds{}
+			*g = groupKinds{}
 		}
 		(*g)[ev.GroupIdx] = ev.SpecKind
-	case ev.Kind == KindRemoved && ev.SpecKind == "":
+	case ev.Kind == kvevents.KindRemoved && ev.SpecKind == "":
 		return (*g)[ev.GroupIdx]
 	}
 	return ev.SpecKind
 }
 
-// SaltChains carries a salted vLLM root's salt to the stores under it:
+// saltChains carries a salted vLLM root's salt to the stores under it:
 // vLLM names the salt in a prefix's first block only, and the router's
 // identities carry it in every block (SPEC 3.1). It maps the engine hash of
 // each block under a salted root to the salt, for as long as any residency
 // (tier and owner) still holds the block. One per stream (engine rank);
 // not safe for concurrent use.
-type SaltChains map[uint64]saltedBlock
+type saltChains map[uint64]saltedBlock
 
 type saltedBlock struct {
 	salt string
@@ -38,15 +42,15 @@ type saltedBlock struct {
 // residency is the bit of an event's tier and owner: a block dropped from
 // the GPU may still be held in host memory or by the runner, and a store
 // under it there must still inherit its salt.
-func residency(ev *Event) uint8 {
+func residency(ev *kvevents.Event) uint8 {
 	return 1 << (uint(ev.Tier&3) | uint(ev.Ownership&1)<<2)
 }
 
 // Inherit gives a store the salt of the chain it extends, and keeps the
 // salted blocks in step with removals and clears.
-func (c *SaltChains) Inherit(ev *Event) {
+func (c *saltChains) Inherit(ev *kvevents.Event) {
 	switch ev.Kind {
-	case KindStored:
+	case kvevents.KindStored:
 		if ev.CacheSalt == "" && ev.HasParent {
 			ev.CacheSalt = (*c)[ev.ParentHash].salt
 		}
@@ -54,7 +58,7 @@ func (c *SaltChains) Inherit(ev *Event) {
 			return
 		}
 		if *c == nil {
-			*c = SaltChains{}
+			*c = saltChains{}
 		}
 		bit := residency(ev)
 		for _, h := range ev.BlockHashes {
@@ -67,7 +71,7 @@ func (c *SaltChains) Inherit(ev *Event) {
 			b.held |= bit
 			(*c)[h] = b
 		}
-	case KindRemoved:
+	case kvevents.KindRemoved:
 		bit := residency(ev)
 		for _, h := range ev.BlockHashes {
 			b, ok := (*c)[h]
@@ -80,7 +84,7 @@ func (c *SaltChains) Inherit(ev *Event) {
 				(*c)[h] = b
 			}
 		}
-	case KindCleared:
+	case kvevents.KindCleared:
 		*c = nil
 	}
 }
