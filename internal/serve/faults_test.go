@@ -133,6 +133,9 @@ func TestReadyz(t *testing.T) {
 	ready(g, http.StatusOK, "")
 	g.Router.ReportRefused(e.hostPort(), e.url(), "refused", time.Now())
 	ready(g, http.StatusServiceUnavailable, "every worker is down")
+	if n := metricValue(t, g, "kvrouter_workers_down"); n != 1 {
+		t.Fatalf("kvrouter_workers_down %v", n)
+	}
 }
 
 // TestHonestLogs: the warnings say what happened: no "retrying on

@@ -185,6 +185,9 @@ func (o *Options) check() error {
 	if o.HealthTimeout <= 0 {
 		return fmt.Errorf("%w: --health-timeout %v must be positive", errOptions, o.HealthTimeout)
 	}
+	if o.HealthDownAfter < 1 {
+		return fmt.Errorf("%w: --health-down-after %d must be at least 1", errOptions, o.HealthDownAfter)
+	}
 	if o.EngineMetricsInterval < 0 {
 		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", errOptions, o.EngineMetricsInterval)
 	}
