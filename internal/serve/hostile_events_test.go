@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"kvrouter/internal/direct"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 )
@@ -67,7 +68,7 @@ func TestEventsBindSurvivesHostileBytes(t *testing.T) {
 		return strings.Contains(string(get(t, g.url()+"/metrics")), want+"\n")
 	})
 
-	eng := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvevents.VLLMMap, "kv@"+e.hostPort()+"@"+testModel)
+	eng := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvencode.VLLMMap, "kv@"+e.hostPort()+"@"+testModel)
 	toks := prompt(3000, 4)
 	body := completionBody(toks, "")
 	eventually(t, "events over --events-bind after the attacks", func() bool {
