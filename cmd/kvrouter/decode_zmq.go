@@ -1,3 +1,5 @@
+// This file holds decode's --zmq input: a live engine stream tailed as a kvevents.Source.
+
 package main
 
 import (
