@@ -1,3 +1,5 @@
+// This file holds the agent's local state: its index and which sources are attached and ready.
+
 package agent
 
 import (

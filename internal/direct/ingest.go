@@ -1,4 +1,4 @@
-// This file holds serve's direct ingest of a --worker engine's KV events: the ingest core, with the router's sink as its output.
+// This file holds serve's direct ingest of a --worker engine's events: the ingest core into router.Sink.
 
 package direct
 
