@@ -1,3 +1,5 @@
+// This file holds a registration's lifetime: staged announcement, then lease refreshes.
+
 package discovery
 
 import (
