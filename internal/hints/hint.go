@@ -1,3 +1,5 @@
+// This file holds the Hint and its JSON writing: the kv.fetch@1.0 envelope and the flat form.
+
 package hints
 
 import (

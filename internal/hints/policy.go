@@ -1,3 +1,5 @@
+// This file holds the policies that weigh a pull against a recompute: MinBlocks and CostPolicy.
+
 package hints
 
 import (

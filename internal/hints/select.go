@@ -1,3 +1,5 @@
+// This file holds Select: the source a target should pull from, and why a hint is or is not sent.
+
 package hints
 
 import (

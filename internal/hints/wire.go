@@ -1,3 +1,5 @@
+// This file holds the wire names: runtime data keys, the kv.fetch envelope, placements.
+
 package hints
 
 // Every wire name this package reads or writes. These names were renamed

@@ -1,3 +1,5 @@
+// This file holds Op, one change to a source's residency, its conversion from events, its checks.
+
 package index
 
 import (

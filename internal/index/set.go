@@ -1,3 +1,5 @@
+// This file holds Set: one Index per (model, block size) and the source each one serves.
+
 package index
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Source and its interning into the small ids that holder words carry.
+
 package index
 
 import (
