@@ -1,3 +1,5 @@
+// This file holds Backoff: the exponential retry schedule of dials and replays.
+
 package kvstream
 
 import "time"
