@@ -1,3 +1,5 @@
+// This file holds Clock, the service's time source, and the wall clock.
+
 package mocker
 
 import "time"

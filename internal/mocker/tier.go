@@ -1,3 +1,5 @@
+// This file holds the tier below the GPU pool: a runner shard per TP rank, and peer pulls.
+
 package mocker
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the engine's wire names: paths, OpenAI names, media, config keys, metrics.
+
 package mocker
 
 // Every wire name the mocker reads or writes: HTTP paths and headers, the

@@ -1,3 +1,5 @@
+// This file holds the chat templates: the built-in formats, their detection, Go text/templates.
+
 package tokenizer
 
 import (
