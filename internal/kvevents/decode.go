@@ -1,3 +1,5 @@
+// This file holds the Decoder: a batch's envelope and event list, its counters and errors.
+
 package kvevents
 
 import (

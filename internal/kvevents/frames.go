@@ -1,3 +1,5 @@
+// This file holds Frame, one engine message, and the capture files that store frames as lines.
+
 package kvevents
 
 import (

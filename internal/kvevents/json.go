@@ -1,3 +1,5 @@
+// This file holds the JSON lines of `kvrouter decode`: one object per decoded batch.
+
 package kvevents
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the engine formats' wire names: event tags, keys, media and their tiers.
+
 package kvevents
 
 // Wire names of the engine event formats (SPEC 2.2–2.3). They change often

@@ -1,3 +1,5 @@
+// This file holds Clock, the time source of a run and a progress bar, and the wall clock.
+
 package loadgen
 
 import "time"

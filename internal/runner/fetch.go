@@ -1,3 +1,5 @@
+// This file holds Fetch: a hint's missing blocks pulled from a peer over a Transport.
+
 package runner
 
 import (

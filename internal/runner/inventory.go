@@ -1,3 +1,5 @@
+// This file holds Inventory, one change to what a runner holds, and the Sink that receives it.
+
 package runner
 
 import "kvrouter/internal/kvevents"

@@ -1,3 +1,5 @@
+// This file holds the eviction policies of a pool's slots: LRU and FIFO.
+
 package runner
 
 // Policy orders a pool's committed slots for eviction. The pool tells it when

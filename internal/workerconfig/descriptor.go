@@ -1,3 +1,5 @@
+// This file holds Descriptor, what the state agent works from, Build, and its validation.
+
 package workerconfig
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the checks of hosts peers dial, and ZMQ endpoints with their per-rank offsets.
+
 package workerconfig
 
 import (

@@ -1,3 +1,5 @@
+// This file holds cache owner ids: their shape, their derivation, and the ones an operator sets.
+
 package workerconfig
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the wire names: runtime-data keys, engine and mode values, configuration keys.
+
 package workerconfig
 
 // Every wire name this package reads or writes lives here: engine option
