@@ -50,7 +50,7 @@ const (
 	tierAll    = "all"
 )
 
-// Event mediums per flavour (SPEC 2.3): SGLang's KVCR linker reports
+// Event mediums per flavour (docs/wire.md §3.6–3.7): SGLang's KVCR linker reports
 // runner-owned blocks as EXTERNAL; vLLM's connector as CPU with
 // ownership "kvcr".
 const (
