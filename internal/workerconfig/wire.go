@@ -6,7 +6,7 @@ package workerconfig
 // names (as the operator types them), the registration runtime-data keys of a
 // hint-capable worker, and the protocol strings of descriptors.
 
-// Registration runtime-data keys (SPEC 4.1), current names.
+// Registration runtime-data keys (docs/wire.md §5.1), current names.
 const (
 	KeyHintCapability         = "router_hint"
 	KeyWorkerType             = "router_hint_worker_type"
