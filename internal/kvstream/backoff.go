@@ -1,4 +1,4 @@
-// This file holds Backoff: the exponential retry schedule of dials and replays.
+// This file holds Backoff: the exponential schedule of redials and retries.
 
 package kvstream
 
