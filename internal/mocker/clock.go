@@ -15,5 +15,7 @@ type Clock interface {
 
 type realClock struct{}
 
+var _ Clock = realClock{}
+
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

@@ -24,6 +24,8 @@ type shards struct {
 	shardBytes int
 }
 
+var _ Lower = (*shards)(nil)
+
 // Holds implements Lower.
 func (s *shards) Holds(key uint64) bool {
 	k := []uint64{key}
