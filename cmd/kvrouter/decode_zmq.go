@@ -23,6 +23,8 @@ type zmqSource struct {
 	log    *slog.Logger
 }
 
+var _ kvevents.Source = (*zmqSource)(nil)
+
 func newZMQSource(ctx context.Context, cfg kvstream.Config, count int, log *slog.Logger) (*zmqSource, error) {
 	cfg.Logger = log
 	sub, err := kvstream.NewSubscriber(cfg)

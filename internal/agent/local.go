@@ -17,6 +17,8 @@ type Plane interface {
 	Commit(src index.Source, kind relay.Kind, ops []index.Op, change func() error) error
 }
 
+var _ Plane = (*relay.Publisher)(nil)
+
 // local is the agent's source of truth for snapshots: the inventory index
 // and, per source, whether consumers currently mirror it (attached) and
 // whether it is ready.

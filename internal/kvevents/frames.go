@@ -39,6 +39,8 @@ type FrameReader struct {
 	line int
 }
 
+var _ Source = (*FrameReader)(nil)
+
 // NewFrameReader reads frames from r.
 func NewFrameReader(r io.Reader) *FrameReader {
 	sc := bufio.NewScanner(r)

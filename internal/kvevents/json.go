@@ -171,6 +171,8 @@ type single struct {
 	done bool
 }
 
+var _ Source = (*single)(nil)
+
 func (s *single) Next() (Frame, error) {
 	if s.done {
 		return Frame{}, io.EOF

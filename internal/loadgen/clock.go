@@ -14,5 +14,7 @@ type Clock interface {
 // SystemClock is the wall clock.
 type SystemClock struct{}
 
+var _ Clock = SystemClock{}
+
 func (SystemClock) Now() time.Time                         { return time.Now() }
 func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

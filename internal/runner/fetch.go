@@ -250,6 +250,8 @@ type fetchOp struct {
 	abandon  *time.Timer
 }
 
+var _ Receiver = (*fetchOp)(nil)
+
 // unpinLocked drops the pins of the blocks op committed, which kept them
 // for its Fetch.
 func (op *fetchOp) unpinLocked() {

@@ -34,5 +34,7 @@ type Sink interface {
 // SinkFunc adapts a function to Sink.
 type SinkFunc func(Inventory)
 
+var _ Sink = SinkFunc(nil)
+
 // Inventory calls f.
 func (f SinkFunc) Inventory(ev Inventory) { f(ev) }

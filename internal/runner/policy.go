@@ -33,6 +33,8 @@ func NewFIFO(slots int) Policy { return &fifo{list: newSlotList(slots)} }
 
 type lru struct{ list slotList }
 
+var _ Policy = (*lru)(nil)
+
 func (p *lru) Insert(slot int) { p.list.pushBack(slot) }
 func (p *lru) Touch(slot int) {
 	p.list.remove(slot)
@@ -43,6 +45,8 @@ func (p *lru) First() int        { return p.list.head }
 func (p *lru) Next(slot int) int { return p.list.next[slot] }
 
 type fifo struct{ list slotList }
+
+var _ Policy = (*fifo)(nil)
 
 func (p *fifo) Insert(slot int)   { p.list.pushBack(slot) }
 func (p *fifo) Touch(int)         {}
