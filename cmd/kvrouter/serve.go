@@ -98,6 +98,16 @@ before any byte of the answer (--retry-reset). A stream that breaks off after
 part of it went out ends with an error event, data: {"error": {...}}, and no
 [DONE].
 
+The front door bounds what strangers can make it hold: a request body (at
+most 32 MiB) must arrive within --body-timeout (else 408), its buffer grows
+as its bytes arrive, and the bodies held at once stay within
+--max-body-memory (past it a 503 with Retry-After). A prompt longer than its
+model's context, the largest max_model_len its workers report (GET
+/v1/models; SGLang's context_length on GET /get_server_info), is refused with
+a 400 naming max_model_len, before it is tokenized when its size alone tells.
+A non-streamed answer over 64 MiB is a 502, and a stream whose event exceeds
+16 MiB ends with an error event; neither is passed on cut.
+
 Operator views: GET /debug/workers (each worker's health, ranks and caches),
 POST /debug/route (the decision for a request body, nothing sent), GET /metrics
 (Prometheus), GET /healthz (liveness: 200 while the process serves), GET
@@ -165,6 +175,8 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.DurationVar(&o.HealthTimeout, "health-timeout", o.HealthTimeout, "a health probe not answered within this fails")
 	f.IntVar(&o.HealthDownAfter, "health-down-after", o.HealthDownAfter, "failed health probes in a row that mark a worker down (a refused connection marks it at once)")
 	f.BoolVar(&o.RetryReset, "retry-reset", o.RetryReset, "send a request whose connection to a worker broke before any byte of the answer to another worker, once")
+	f.DurationVar(&o.BodyTimeout, "body-timeout", o.BodyTimeout, "a client must send its whole request body within this once the head is read, else 408")
+	f.Int64Var(&o.MaxBodyMemory, "max-body-memory", o.MaxBodyMemory, "bytes of request bodies held at once (buffers grow as bytes arrive); a body past it gets a 503 with Retry-After (kvrouter_requests_refused_total{reason=\"body_busy\"})")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
 	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
 	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is no block cap (--index-memory still bounds the index)")

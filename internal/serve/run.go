@@ -20,6 +20,7 @@ import (
 
 	"kvrouter/internal/admin"
 	"kvrouter/internal/bus"
+	"kvrouter/internal/contextlen"
 	"kvrouter/internal/cost"
 	"kvrouter/internal/direct"
 	"kvrouter/internal/discovery"
@@ -101,6 +102,10 @@ type Options struct {
 	// RetryReset sends a request whose connection to a worker broke before
 	// any byte of the answer to another worker, once.
 	RetryReset bool
+	// BodyTimeout bounds the time a client takes to send a request body;
+	// MaxBodyMemory bounds the bytes of the bodies held at once.
+	BodyTimeout   time.Duration
+	MaxBodyMemory int64
 
 	// Replica names this router on the load subject (default random).
 	Replica string
@@ -127,6 +132,7 @@ func Defaults() Options {
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
+		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory,
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 	}
 }
@@ -187,6 +193,12 @@ func (o *Options) check() error {
 	}
 	if o.HealthDownAfter < 1 {
 		return fmt.Errorf("%w: --health-down-after %d must be at least 1", errOptions, o.HealthDownAfter)
+	}
+	if o.BodyTimeout <= 0 {
+		return fmt.Errorf("%w: --body-timeout %v must be positive", errOptions, o.BodyTimeout)
+	}
+	if o.MaxBodyMemory <= 0 {
+		return fmt.Errorf("%w: --max-body-memory %d must be positive", errOptions, o.MaxBodyMemory)
 	}
 	if o.EngineMetricsInterval < 0 {
 		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", errOptions, o.EngineMetricsInterval)
@@ -347,8 +359,10 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 
 	peers := loadshare.NewPeers(svc.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
+	contexts := &contextlen.Poller{Router: r, Client: client, Log: o.Log}
 	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
-		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset}
+		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset,
+		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory, Context: contexts}
 	mux := http.NewServeMux()
 	svc.Server.Mount(mux)
 	(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg}).Mount(mux)
@@ -372,6 +386,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			o.Log.Error("load sharing with replicas stopped", "err", err)
 		}
 	})
+	run(func() { contexts.Run(ctx) })
 	prober := &enginehealth.Prober{Router: r, Client: client, Timeout: o.HealthTimeout, Log: o.Log, Now: o.Now}
 	run(func() { prober.Run(ctx) })
 	if o.EngineMetricsInterval > 0 {

@@ -1,0 +1,61 @@
+package contextlen
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"kvrouter/internal/cost"
+	"kvrouter/internal/router"
+)
+
+func engine(t *testing.T, models, serverInfo string) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	if models != "" {
+		mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, models) })
+	}
+	if serverInfo != "" {
+		mux.HandleFunc("GET /get_server_info", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, serverInfo) })
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestPoll(t *testing.T) {
+	r, err := router.New(router.Config{Weights: cost.DefaultWeights(), NoHints: true, ApproxTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(id, model, url string) {
+		t.Helper()
+		if err := r.Upsert(router.Worker{ID: id, Model: model, URL: url, Engine: router.EngineVLLM, BlockSize: 16, DPSize: 1,
+			Mode: router.ModeApproximate}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// vLLM: the card of the model; SGLang without it on its cards: its
+	// server info; an engine that reports nothing; another model.
+	add("vllm", "m", engine(t, `{"data":[{"id":"other","max_model_len":99999},{"id":"m","max_model_len":4096}]}`, ""))
+	add("sglang", "m", engine(t, `{"data":[{"id":"m"}]}`, `{"context_length":8192,"page_size":64}`))
+	add("mute", "m", engine(t, `{"data":[{"id":"m","max_model_len":null}]}`, `{"context_length":null}`))
+	add("n", "n", engine(t, `{"data":[{"id":"served-as-something-else","max_model_len":2048}]}`, ""))
+	p := &Poller{Router: r, Client: http.DefaultClient}
+	now := time.Now()
+	p.Poll(context.Background(), now)
+	for model, want := range map[string]int{"m": 8192, "n": 2048, "x": 0} {
+		if got := p.MaxModelLen(model); got != want {
+			t.Errorf("MaxModelLen(%q) = %d, want %d", model, got, want)
+		}
+	}
+	// A worker that leaves takes its report along.
+	r.Remove("sglang", now)
+	p.Poll(context.Background(), now)
+	if got := p.MaxModelLen("m"); got != 4096 {
+		t.Fatalf("after the SGLang worker left: %d, want 4096", got)
+	}
+}
