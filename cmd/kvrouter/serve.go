@@ -108,11 +108,13 @@ a 400 naming max_model_len, before it is tokenized when its size alone tells.
 A non-streamed answer over 64 MiB is a 502, and a stream whose event exceeds
 16 MiB ends with an error event; neither is passed on cut.
 
-Operator views: GET /debug/workers (each worker's health, ranks and caches),
-POST /debug/route (the decision for a request body, nothing sent), GET /metrics
-(Prometheus), GET /healthz (liveness: 200 while the process serves), GET
-/readyz (200 once at least one worker is registered and not down, else 503 with
-a JSON reason).
+Operator views, on --admin-listen (loopback by default, apart from the OpenAI
+port: they tell whose prefixes are cached and where the runners listen): GET
+/debug/workers (each worker's health, ranks and caches), POST /debug/route (the
+decision for a request body, nothing sent), GET /metrics (Prometheus). On the
+OpenAI port: GET /healthz (liveness: 200 while the process serves), GET /readyz
+(200 once at least one worker is registered and not down, else 503 with a JSON
+reason).
 A client may force the worker with the header x-kvrouter-target: <worker id>
 when --allow-target-override is set; a forced worker is tried even when down.`,
 		Example: `  kvrouter serve --worker url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557
@@ -145,6 +147,7 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f := cmd.Flags()
 	gcPercent = gcFlag(f)
 	f.StringVar(&o.Listen, "listen", o.Listen, "HOST:PORT of the HTTP front door")
+	f.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "HOST:PORT of the operator views (/metrics, /debug/*); keep it off networks clients reach (port 0 picks a free one, logged); empty serves none")
 	f.StringVar(&o.NATS, "nats", "", "URL of the NATS cluster (JetStream enabled) where agents register and replicas share load; empty starts an embedded server")
 	f.StringVar(&o.NATSListen, "nats-listen", o.NATSListen, "HOST:PORT of the embedded NATS server when --nats is empty (port 0 picks a free one); use a reachable host for agents on other machines")
 	f.StringVar(&o.Bucket, "discovery-bucket", o.Bucket, "NATS key-value bucket of worker registrations (the agents' --discovery-bucket)")

@@ -289,7 +289,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) service(edit func(*Options)) *Service {
 	h.t.Helper()
 	o := Defaults()
-	o.Listen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
+	o.Listen, o.AdminListen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
 	o.HintPolicy = policyMinBlocks
 	o.Tick, o.SizeEvery, o.PeerEvery = 5*time.Millisecond, time.Hour, 20*time.Millisecond
 	// On the frozen clock a probe schedule would not move anyway; tests
@@ -307,6 +307,9 @@ func (h *harness) service(edit func(*Options)) *Service {
 }
 
 func (g *Service) url() string { return "http://" + g.Addr }
+
+// admin is the base URL of the operator views.
+func (g *Service) admin() string { return "http://" + g.AdminAddr }
 
 // post sends body to path and returns the status, headers and body.
 func post(t testing.TB, url, path string, body string, hdr ...string) (int, http.Header, []byte) {
@@ -343,7 +346,7 @@ func get(t testing.TB, url string) []byte {
 
 func (g *Service) route(t testing.TB, body string) routeView {
 	t.Helper()
-	status, _, b := post(t, g.url(), "/debug/route", body)
+	status, _, b := post(t, g.admin(), "/debug/route", body)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}
@@ -358,7 +361,7 @@ func (g *Service) route(t testing.TB, body string) routeView {
 // allow it), to look at hints for a given target.
 func (g *Service) routeTo(t testing.TB, body, target string) routeView {
 	t.Helper()
-	status, _, b := post(t, g.url(), "/debug/route", body, headerTarget, target)
+	status, _, b := post(t, g.admin(), "/debug/route", body, headerTarget, target)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}

@@ -49,6 +49,10 @@ const (
 // Options configures a router service; each field is a `kvrouter serve` flag.
 type Options struct {
 	Listen string
+	// AdminListen is where the operator views (/metrics, /debug/*) are
+	// served, apart from the OpenAI port: they tell whose prefixes are
+	// cached and where the runners are. Empty serves none.
+	AdminListen string
 	// NATS is the URL of an external cluster; empty starts an embedded
 	// server. Bus, when set, is used instead (tests share one).
 	NATS string
@@ -122,10 +126,14 @@ type Options struct {
 	Trace func(frontdoor.Timing)
 }
 
+// DefaultAdminListen is where the operator views are served unless told
+// otherwise: loopback, next to the OpenAI port's default.
+const DefaultAdminListen = "127.0.0.1:8081"
+
 // Defaults returns the flag defaults.
 func Defaults() Options {
 	return Options{
-		Listen: ":8080", NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
+		Listen: ":8080", AdminListen: DefaultAdminListen, NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: frontdoor.TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
 		Weights:    cost.DefaultWeights(),
 		HintPolicy: policyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
@@ -265,15 +273,19 @@ var _ frontdoor.LoadTracker = (*loadshare.Peers)(nil)
 
 // Service is a running router service.
 type Service struct {
-	Addr   string // the bound listen address
-	Server *frontdoor.Server
-	Router *router.Router
-	Bus    *bus.Bus
+	Addr string // the bound listen address
+	// AdminAddr is the bound address of the operator views, "" when none
+	// are served.
+	AdminAddr string
+	Server    *frontdoor.Server
+	Router    *router.Router
+	Bus       *bus.Bus
 
-	cancel context.CancelFunc
-	http   *http.Server
-	wg     sync.WaitGroup
-	ownBus bool
+	cancel    context.CancelFunc
+	http      *http.Server
+	adminHTTP *http.Server // nil without --admin-listen
+	wg        sync.WaitGroup
+	ownBus    bool
 }
 
 // Start brings a router service up: the routing decision core, NATS
@@ -356,6 +368,14 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		return fail(fmt.Errorf("--listen %s: %w", o.Listen, err))
 	}
 	svc.Addr = ln.Addr().String()
+	var adminLn net.Listener
+	if o.AdminListen != "" {
+		if adminLn, err = net.Listen("tcp", o.AdminListen); err != nil {
+			ln.Close()
+			return fail(fmt.Errorf("--admin-listen %s: %w", o.AdminListen, err))
+		}
+		svc.AdminAddr = adminLn.Addr().String()
+	}
 
 	peers := loadshare.NewPeers(svc.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
@@ -365,8 +385,12 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory, Context: contexts}
 	mux := http.NewServeMux()
 	svc.Server.Mount(mux)
-	(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg}).Mount(mux)
 	svc.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if adminLn != nil {
+		amux := http.NewServeMux()
+		(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg}).Mount(amux)
+		svc.adminHTTP = &http.Server{Handler: amux, ReadHeaderTimeout: 10 * time.Second}
+	}
 
 	ctx, svc.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	run := func(f func()) { svc.wg.Go(f) }
@@ -375,6 +399,13 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			o.Log.Error("http server stopped", "err", err)
 		}
 	})
+	if svc.adminHTTP != nil {
+		run(func() {
+			if err := svc.adminHTTP.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				o.Log.Error("operator views server stopped", "err", err)
+			}
+		})
+	}
 	// Agents' registrations are unknown until the first watch is in step.
 	r.SetDiscoveryLive(false)
 	disc := &follow.Discovery{Registry: registry, Router: r, NC: svc.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now}
@@ -394,7 +425,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		run(func() { em.Run(ctx) })
 	}
 	run(func() { housekeep(ctx, r, o) })
-	o.Log.Info("kvrouter serving", "listen", svc.Addr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
+	o.Log.Info("kvrouter serving", "listen", svc.Addr, "admin_listen", svc.AdminAddr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
 	return svc, nil
 }
 
@@ -424,6 +455,11 @@ func (svc *Service) Close() error {
 	if err != nil {
 		// Streams still running past the grace period are cut.
 		svc.http.Close()
+	}
+	if svc.adminHTTP != nil {
+		if aerr := svc.adminHTTP.Shutdown(sctx); aerr != nil {
+			svc.adminHTTP.Close()
+		}
 	}
 	svc.cancel()
 	svc.wg.Wait()
