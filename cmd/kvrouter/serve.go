@@ -153,6 +153,8 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.StringVar(&o.Bucket, "discovery-bucket", o.Bucket, "NATS key-value bucket of worker registrations (the agents' --discovery-bucket)")
 	f.DurationVar(&o.Lease, "lease", o.Lease, "registration lease of the discovery bucket; must equal the agents' --lease")
 	f.StringArrayVar(&workers, "worker", nil, "an engine to route to without a state agent (repeatable; keys above)")
+	f.StringSliceVar(&o.PeerAllow, "peer-allow", nil, "networks (CIDRs or addresses, comma-separated or repeated) whose runner endpoints any agent's registration may name in hints; "+
+		"by default only endpoints on the registering worker's own host (as its URL names it) are, and a registration naming another is routed without hints (kvrouter_peer_endpoints_refused_total)")
 	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router service with their KV events, e.g. tcp://*:5557")
 	f.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "default (the embedded demo tokenizer), engine (ask a worker's POST /tokenize), or the path of a tokenizer.json")
 	f.IntVar(&o.TokenizeCache, "tokenize-cache", o.TokenizeCache, "answers kept by --tokenizer engine (LRU)")

@@ -66,7 +66,7 @@ func TestServeHelp(t *testing.T) {
 		"tokenize-cache", "chat-template", "tokenizer-config", "temperature", "overlap-credit", "host-credit", "disk-credit",
 		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-bandwidth-gbps", "hint-setup-ms",
 		"hint-prefill-tokens-per-s", "kv-bytes-per-token", "approx-ttl", "detached-owner-ttl", "engine-metrics-interval",
-		"allow-target-override", "max-blocks", "replica", "log-level", "body-timeout", "max-body-memory", "admin-listen"} {
+		"allow-target-override", "max-blocks", "replica", "log-level", "body-timeout", "max-body-memory", "admin-listen", "peer-allow"} {
 		if !strings.Contains(out.String(), "--"+flag+" ") {
 			t.Errorf("--help does not explain --%s", flag)
 		}

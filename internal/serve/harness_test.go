@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -444,8 +445,13 @@ func (h *harness) agent(id string, e *engine, opts ...agentOpt) *agent {
 	return a
 }
 
-func ownerID(id string) string    { return "owner-" + id }
-func endpointOf(id string) string { return "tcp://" + id + ":25000" }
+func ownerID(id string) string { return "owner-" + id }
+
+// endpointOf is worker id's runner endpoint: on the host of its URL (the
+// engines run on loopback), one port per id; nothing dials it.
+func endpointOf(id string) string {
+	return "tcp://127.0.0.1:" + strconv.Itoa(20000+int(crc32.ChecksumIEEE([]byte(id))%10000))
+}
 
 func (a *agent) rank() index.Source  { return index.WorkerRank(a.w.ID, 0) }
 func (a *agent) owner() index.Source { return index.CacheOwner(ownerID(a.w.ID)) }

@@ -68,6 +68,10 @@ type Options struct {
 
 	Workers    []direct.WorkerSpec
 	EventsBind string
+	// PeerAllow lists the networks (CIDRs or addresses) whose runner
+	// endpoints any registration may name; otherwise only endpoints on the
+	// registering worker's own host are hinted.
+	PeerAllow []string
 
 	Tokenizer       string // TokenizerDefault, TokenizerEngine or a tokenizer.json path
 	TokenizeCache   int
@@ -357,6 +361,10 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		}
 		return nil, err
 	}
+	peerAllow, err := follow.ParsePeerAllow(o.PeerAllow)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", errOptions, err))
+	}
 	registry := o.Registry
 	if registry == nil {
 		if registry, err = discovery.OpenNATS(ctx, svc.Bus.JS, o.Bucket, o.Lease, o.Log); err != nil {
@@ -408,7 +416,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	}
 	// Agents' registrations are unknown until the first watch is in step.
 	r.SetDiscoveryLive(false)
-	disc := &follow.Discovery{Registry: registry, Router: r, NC: svc.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now}
+	disc := &follow.Discovery{Registry: registry, Router: r, NC: svc.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now,
+		PeerAllow: peerAllow}
 	run(func() { disc.Run(ctx) })
 	fleet := &direct.Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: direct.NewMetrics(reg), Log: o.Log, Now: o.Now}
 	run(func() { fleet.Run(ctx) })

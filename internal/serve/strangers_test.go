@@ -1,0 +1,46 @@
+package serve
+
+import (
+	"strings"
+	"testing"
+
+	"kvrouter/internal/discovery"
+	"kvrouter/internal/kvevents"
+)
+
+// TestRegistrationPointingElsewhere: a registration whose runner endpoint is
+// away from its worker's host names no hint source (whoever can publish in
+// discovery could point engines' pulls at any host and port); it is counted,
+// and --peer-allow takes it.
+func TestRegistrationPointingElsewhere(t *testing.T) {
+	elsewhere := func(w *discovery.Worker) {
+		w.RuntimeData, _ = w.RuntimeData.Set("router_hint_source_control_endpoints", map[string]string{"0": "tcp://10.9.9.9:6379"})
+	}
+	for _, allow := range [][]string{nil, {"10.9.0.0/16"}} {
+		h := newHarness(t)
+		ea, eb := newEngine(t, testModel), newEngine(t, testModel)
+		a, b := h.agent("a", ea), h.agent("b", eb, elsewhere)
+		toks := prompt(100, 8)
+		b.store(b.owner(), toks[:6*testBS], "", kvevents.TierExternal)
+		a.ready(a.rank(), a.owner())
+		b.ready(b.rank(), b.owner())
+		g := h.service(func(o *Options) { o.PeerAllow, o.AllowTargetOverride = allow, true })
+		waitWorkers(t, g, 2)
+		body := completionBody(toks, "")
+		if allow != nil {
+			eventually(t, "the hint to the allowed endpoint", func() bool {
+				r := g.routeTo(t, body, "a")
+				return strings.Contains(string(r.Hint), "tcp://10.9.9.9:6379")
+			})
+			continue
+		}
+		// b's runner holds the prefix, yet no hint names it.
+		eventually(t, "b's blocks indexed", func() bool { return g.routeTo(t, body, "b").OverlapBlocks == 6 })
+		if r := g.routeTo(t, body, "a"); string(r.Hint) != "null" {
+			t.Fatalf("hint to a refused endpoint: %s", r.Hint)
+		}
+		eventually(t, "b's refusal counted", func() bool {
+			return strings.Contains(string(get(t, g.admin()+"/metrics")), "kvrouter_peer_endpoints_refused_total 1\n")
+		})
+	}
+}
