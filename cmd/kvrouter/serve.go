@@ -41,6 +41,7 @@ func init() { commands = append(commands, newServeCmd) }
 
 func newServeCmd() *cobra.Command {
 	var gcPercent *int
+	var natsAuth *natsAuthFlags // set with the flags, read once they are parsed
 	o := serve.Defaults()
 	var (
 		workers     []string
@@ -61,8 +62,11 @@ peer. Hints never change the chosen worker.
 
 Workers come from two places:
   - state agents registering over NATS (--nats; without it an embedded NATS
-    server starts and its URL is logged for agents to join); their events
-    arrive through the agents' relays, snapshot first;
+    server starts and its URL is logged for agents to join; one listening
+    beyond loopback (--nats-listen) requires a token, generated at start
+    unless given and written to --nats-token-file, default
+    ~/.config/kvrouter/nats-token, for agents' --nats-token-file); their
+    events arrive through the agents' relays, snapshot first;
   - --worker flags, for simple fleets without agents. The router service then
     reads the engine's KV events itself: it dials an engine that binds
     (events=; DP rank r publishes on the port offset by r), or takes what
@@ -139,6 +143,10 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 			}
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
 			o.MaxIndexBytes = indexBudget(indexMemory, o.Log)
+			var err error
+			if o.NATSAuth, err = natsAuth.resolve(o.NATS == ""); err != nil {
+				return err
+			}
 			ctx, stop := interruptible(cmd)
 			defer stop()
 			return serve.Run(ctx, o)
@@ -149,6 +157,7 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.StringVar(&o.Listen, "listen", o.Listen, "HOST:PORT of the HTTP front door")
 	f.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "HOST:PORT of the operator views (/metrics, /debug/*); keep it off networks clients reach (port 0 picks a free one, logged); empty serves none")
 	f.StringVar(&o.NATS, "nats", "", "URL of the NATS cluster (JetStream enabled) where agents register and replicas share load; empty starts an embedded server")
+	natsAuth = addNATSAuthFlags(f)
 	f.StringVar(&o.NATSListen, "nats-listen", o.NATSListen, "HOST:PORT of the embedded NATS server when --nats is empty (port 0 picks a free one); use a reachable host for agents on other machines")
 	f.StringVar(&o.Bucket, "discovery-bucket", o.Bucket, "NATS key-value bucket of worker registrations (the agents' --discovery-bucket)")
 	f.DurationVar(&o.Lease, "lease", o.Lease, "registration lease of the discovery bucket; must equal the agents' --lease")

@@ -57,6 +57,9 @@ type Options struct {
 	// server. Bus, when set, is used instead (tests share one).
 	NATS string
 	Bus  *bus.Bus
+	// NATSAuth is the credential and TLS of the connection; with an
+	// embedded server, what it requires of agents and replicas.
+	NATSAuth bus.Auth
 	// NATSListen is where the embedded server listens (HOST:PORT, port 0
 	// picks one); agents on other machines need a reachable host.
 	NATSListen string
@@ -336,7 +339,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	admin.Register(reg, r.Stats)
 	svc := &Service{Router: r, Bus: o.Bus}
 	if svc.Bus == nil {
-		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log}
+		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log, Auth: o.NATSAuth}
 		if o.NATS == "" {
 			host, port, err := net.SplitHostPort(o.NATSListen)
 			if err != nil {
@@ -352,7 +355,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		}
 		svc.ownBus = true
 		if svc.Bus.Embedded() {
-			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", svc.Bus.URL)
+			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", svc.Bus.URL,
+				"token_file", svc.Bus.TokenFile)
 		}
 	}
 	fail := func(err error) (*Service, error) {

@@ -1,9 +1,14 @@
 package serve
 
 import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"kvrouter/internal/bus"
 	"kvrouter/internal/discovery"
 	"kvrouter/internal/kvevents"
 )
@@ -43,4 +48,39 @@ func TestRegistrationPointingElsewhere(t *testing.T) {
 			return strings.Contains(string(get(t, g.admin()+"/metrics")), "kvrouter_peer_endpoints_refused_total 1\n")
 		})
 	}
+}
+
+// TestEmbeddedNATSBeyondLoopback: a router whose embedded NATS others can
+// reach requires the token it generated at start, written where agents
+// read it; a client without it is refused.
+func TestEmbeddedNATSBeyondLoopback(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "nats-token")
+	o := Defaults()
+	o.Listen, o.AdminListen, o.NATSListen, o.Log = "127.0.0.1:0", "127.0.0.1:0", "0.0.0.0:0", quiet()
+	o.NATSAuth = bus.Auth{TokenFile: file}
+	g, err := Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.Bus.TokenFile != file {
+		t.Fatalf("token file %q, want %q", g.Bus.TokenFile, file)
+	}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(g.Bus.URL, "nats://"))
+	url := "nats://127.0.0.1:" + port
+	if b, err := bus.Open(context.Background(), bus.Options{URL: url, Logger: quiet()}); !errors.Is(err, bus.ErrAuth) {
+		if err == nil {
+			b.Close()
+		}
+		t.Fatalf("an agent without the token: %v, want ErrAuth", err)
+	}
+	agent := bus.Auth{TokenFile: file}
+	if err := agent.ReadSecrets("", false, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bus.Open(context.Background(), bus.Options{URL: url, Auth: agent, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
 }
