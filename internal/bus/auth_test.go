@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -315,4 +316,55 @@ func TestLoopbackHost(t *testing.T) {
 			t.Errorf("loopbackHost(%q) = %v", host, got)
 		}
 	}
+}
+
+// TestCreds: a client presents a .creds file (user JWT and seed) to a
+// server in operator mode.
+func TestCreds(t *testing.T) {
+	okp, _ := nkeys.CreateOperator()
+	opub, _ := okp.PublicKey()
+	op := jwt.NewOperatorClaims(opub)
+	akp, _ := nkeys.CreateAccount()
+	apub, _ := akp.PublicKey()
+	ajwt, err := jwt.NewAccountClaims(apub).Encode(okp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ukp, _ := nkeys.CreateUser()
+	upub, _ := ukp.PublicKey()
+	ujwt, err := jwt.NewUserClaims(upub).Encode(akp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	useed, _ := ukp.Seed()
+	creds, err := jwt.FormatUserConfig(ujwt, useed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "user.creds")
+	if err := os.WriteFile(file, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resolver := &server.MemAccResolver{}
+	if err := resolver.Store(apub, ajwt); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		TrustedOperators: []*jwt.OperatorClaims{op}, AccountResolver: resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server did not start")
+	}
+	if _, err := open(t, Options{URL: srv.ClientURL()}); !errors.Is(err, ErrAuth) {
+		t.Fatalf("without creds: %v, want ErrAuth", err)
+	}
+	c, err := open(t, Options{URL: srv.ClientURL(), Auth: Auth{CredsFile: file}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, c)
 }
