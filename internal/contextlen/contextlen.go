@@ -103,19 +103,28 @@ func (p *Poller) Poll(ctx context.Context, now time.Time) {
 		}
 	}
 	p.mu.Unlock()
-	var wg sync.WaitGroup
+	// Workers behind one URL (a fleet behind a balancer) are asked once.
+	type key struct{ url, model string }
+	ids := map[key][]string{}
 	for _, w := range due {
+		k := key{w.URL, w.Model}
+		ids[k] = append(ids[k], w.ID)
+	}
+	var wg sync.WaitGroup
+	for k, of := range ids {
 		wg.Go(func() {
-			n, err := p.ask(ctx, w.URL, w.Model)
-			e := entry{url: w.URL, model: w.Model, tokens: n, next: now.Add(refreshKnown)}
+			n, err := p.ask(ctx, k.url, k.model)
+			e := entry{url: k.url, model: k.model, tokens: n, next: now.Add(refreshKnown)}
 			if n == 0 {
 				e.next = now.Add(retryUnknown)
 				if p.Log != nil && ctx.Err() == nil {
-					p.Log.Debug("context length unknown: prompts for it are not bounded by the context", "worker", w.ID, "err", err)
+					p.Log.Debug("context length unknown: prompts for it are not bounded by the context", "url", k.url, "model", k.model, "err", err)
 				}
 			}
 			p.mu.Lock()
-			p.known[w.ID] = e
+			for _, id := range of {
+				p.known[id] = e
+			}
 			p.mu.Unlock()
 		})
 	}

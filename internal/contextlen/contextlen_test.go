@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,5 +58,37 @@ func TestPoll(t *testing.T) {
 	p.Poll(context.Background(), now)
 	if got := p.MaxModelLen("m"); got != 4096 {
 		t.Fatalf("after the SGLang worker left: %d, want 4096", got)
+	}
+}
+
+// TestPollAsksEachURLOnce: workers behind one URL are asked once per poll,
+// and a known length is not asked again before its refresh.
+func TestPollAsksEachURLOnce(t *testing.T) {
+	var asked atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		io.WriteString(w, `{"data":[{"id":"m","max_model_len":1000}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	r, err := router.New(router.Config{Weights: cost.DefaultWeights(), NoHints: true, ApproxTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if err := r.Upsert(router.Worker{ID: id, Model: "m", URL: srv.URL, Engine: router.EngineVLLM, BlockSize: 16, DPSize: 1,
+			Mode: router.ModeApproximate}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &Poller{Router: r, Client: http.DefaultClient}
+	now := time.Now()
+	p.Poll(context.Background(), now)
+	p.Poll(context.Background(), now.Add(time.Minute))
+	if n := asked.Load(); n != 1 || p.MaxModelLen("m") != 1000 {
+		t.Fatalf("asked %d times, length %d", n, p.MaxModelLen("m"))
+	}
+	p.Poll(context.Background(), now.Add(refreshKnown))
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("asked %d times after the refresh", n)
 	}
 }

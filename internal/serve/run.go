@@ -128,6 +128,11 @@ type Options struct {
 
 	Now func() time.Time
 	Log *slog.Logger
+	// ContextEvery is how often workers are asked for their context length
+	// (contextlen.Poller.Every); 0 never asks, so that prompts are not
+	// bounded by it. For benchmarks whose engines count every request;
+	// not a flag.
+	ContextEvery time.Duration
 	// Trace, when set, gets the timing of every request sent to a worker
 	// (frontdoor.Server.Trace); for benchmarks, not a flag.
 	Trace func(frontdoor.Timing)
@@ -149,6 +154,7 @@ func Defaults() Options {
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
 		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory,
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
+		ContextEvery: contextlen.DefaultEvery,
 	}
 }
 
@@ -391,10 +397,14 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 
 	peers := loadshare.NewPeers(svc.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
-	contexts := &contextlen.Poller{Router: r, Client: client, Log: o.Log}
 	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset,
-		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory, Context: contexts}
+		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory}
+	var contexts *contextlen.Poller
+	if o.ContextEvery > 0 {
+		contexts = &contextlen.Poller{Router: r, Client: client, Every: o.ContextEvery, Log: o.Log}
+		svc.Server.Context = contexts
+	}
 	mux := http.NewServeMux()
 	svc.Server.Mount(mux)
 	svc.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -430,7 +440,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			o.Log.Error("load sharing with replicas stopped", "err", err)
 		}
 	})
-	run(func() { contexts.Run(ctx) })
+	if contexts != nil {
+		run(func() { contexts.Run(ctx) })
+	}
 	prober := &enginehealth.Prober{Router: r, Client: client, Timeout: o.HealthTimeout, Log: o.Log, Now: o.Now}
 	run(func() { prober.Run(ctx) })
 	if o.EngineMetricsInterval > 0 {
