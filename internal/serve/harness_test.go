@@ -141,20 +141,24 @@ type engine struct {
 	// starts, a stream between its first event and the rest.
 	delay time.Duration
 
-	mu       sync.Mutex
-	got      []received
-	metrics  string
-	cached   int // usage.prompt_tokens_details.cached_tokens to report
-	peer     int // usage.kvrouter.peer_restored_tokens to report
-	hold     chan struct{}
-	canceled chan struct{}
+	mu          sync.Mutex
+	maxModelLen int // reported on /v1/models; 0 reports none
+	got         []received
+	metrics     string
+	cached      int // usage.prompt_tokens_details.cached_tokens to report
+	peer        int // usage.kvrouter.peer_restored_tokens to report
+	hold        chan struct{}
+	canceled    chan struct{}
 }
 
 func newEngine(t testing.TB, model string) *engine {
 	e := &engine{t: t, model: model, canceled: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, e.model)
+		e.mu.Lock()
+		n := e.maxModelLen
+		e.mu.Unlock()
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","max_model_len":%d}]}`, e.model, n)
 	})
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("POST /v1/completions", e.complete)

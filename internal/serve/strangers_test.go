@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"kvrouter/internal/bus"
+	"kvrouter/internal/direct"
 	"kvrouter/internal/discovery"
 	"kvrouter/internal/kvevents"
 )
@@ -83,4 +86,32 @@ func TestEmbeddedNATSBeyondLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
+}
+
+// TestPromptPastTheContext: the router learns the context from the
+// engine's /v1/models and refuses a longer prompt itself.
+func TestPromptPastTheContext(t *testing.T) {
+	h := newHarness(t)
+	e := newEngine(t, testModel)
+	e.maxModelLen = 3 * testBS
+	g := h.service(func(o *Options) {
+		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
+		o.ContextEvery = 10 * time.Millisecond
+	})
+	waitWorkers(t, g, 1)
+	var status int
+	var body []byte
+	eventually(t, "the context learned", func() bool {
+		status, _, body = post(t, g.url(), "/v1/completions", completionBody(prompt(1, 4), ""))
+		return status == http.StatusBadRequest
+	})
+	if !strings.Contains(string(body), "max_model_len") {
+		t.Fatalf("%s", body)
+	}
+	if status, _, body := post(t, g.url(), "/v1/completions", completionBody(prompt(1, 3), "")); status != http.StatusOK {
+		t.Fatalf("a prompt within the context: %d %s", status, body)
+	}
+	if n := len(e.requests()); n != 1 {
+		t.Fatalf("the engine got %d requests, want only the one within its context", n)
+	}
 }
