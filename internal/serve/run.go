@@ -284,6 +284,9 @@ func newClient() *http.Client {
 // Peers is the front door's view of the load in flight.
 var _ frontdoor.LoadTracker = (*loadshare.Peers)(nil)
 
+// The poller tells the front door each model's context.
+var _ frontdoor.ContextLimits = (*contextlen.Poller)(nil)
+
 // Service is a running router service.
 type Service struct {
 	Addr string // the bound listen address
