@@ -49,16 +49,21 @@ type entry struct {
 	next       time.Time
 }
 
-// MaxModelLen is the longest context any worker of model reported, 0 when
-// none did: a prompt that fits one worker is not refused.
+// MaxModelLen is the longest context a worker of model reported, 0 when
+// one of them reported none: a prompt that may fit one worker is not
+// refused.
 func (p *Poller) MaxModelLen(model string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for _, e := range p.known {
-		if e.model == model {
-			n = max(n, e.tokens)
+		if e.model != model {
+			continue
 		}
+		if e.tokens == 0 {
+			return 0
+		}
+		n = max(n, e.tokens)
 	}
 	return n
 }

@@ -43,12 +43,15 @@ func TestPoll(t *testing.T) {
 	// server info; an engine that reports nothing; another model.
 	add("vllm", "m", engine(t, `{"data":[{"id":"other","max_model_len":99999},{"id":"m","max_model_len":4096}]}`, ""))
 	add("sglang", "m", engine(t, `{"data":[{"id":"m"}]}`, `{"context_length":8192,"page_size":64}`))
-	add("mute", "m", engine(t, `{"data":[{"id":"m","max_model_len":null}]}`, `{"context_length":null}`))
 	add("n", "n", engine(t, `{"data":[{"id":"served-as-something-else","max_model_len":2048}]}`, ""))
+	// A worker that reports nothing may take any prompt: its model is
+	// not bounded.
+	add("q", "q", engine(t, `{"data":[{"id":"q","max_model_len":1024}]}`, ""))
+	add("mute", "q", engine(t, `{"data":[{"id":"q","max_model_len":null}]}`, `{"context_length":null}`))
 	p := &Poller{Router: r, Client: http.DefaultClient}
 	now := time.Now()
 	p.Poll(context.Background(), now)
-	for model, want := range map[string]int{"m": 8192, "n": 2048, "x": 0} {
+	for model, want := range map[string]int{"m": 8192, "n": 2048, "q": 0, "x": 0} {
 		if got := p.MaxModelLen(model); got != want {
 			t.Errorf("MaxModelLen(%q) = %d, want %d", model, got, want)
 		}
