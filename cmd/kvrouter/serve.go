@@ -107,8 +107,9 @@ most 32 MiB) must arrive within --body-timeout (else 408), its buffer grows
 as its bytes arrive, and the bodies held at once stay within
 --max-body-memory (past it a 503 with Retry-After). A prompt longer than its
 model's context, the largest max_model_len its workers report (GET
-/v1/models; SGLang's context_length on GET /get_server_info), is refused with
-a 400 naming max_model_len, before it is tokenized when its size alone tells.
+/v1/models; SGLang's context_length on GET /get_server_info; no bound while
+one of them reports none), is refused with a 400 naming max_model_len, before
+it is tokenized when its size alone tells.
 A non-streamed answer over 64 MiB is a 502, and a stream whose event exceeds
 16 MiB ends with an error event; neither is passed on cut.
 
