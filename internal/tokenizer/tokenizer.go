@@ -23,6 +23,8 @@ type Tokenizer struct {
 	decoder    []decodeStep
 	hasDecoder bool
 	vocabSize  int
+	// maxBytesPerToken is MaxBytesPerToken, computed at load.
+	maxBytesPerToken int
 }
 
 // fileJSON is a tokenizer.json.
@@ -92,6 +94,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		ids[id] = struct{}{}
 	}
 	t.vocabSize = len(ids)
+	t.maxBytesPerToken = t.bytesPerToken()
 	return t, nil
 }
 
