@@ -93,8 +93,9 @@ type Engine struct {
 	// (DP rank d, TP rank t: d*TP + t); a hint names the TP rank 0 one.
 	Control []string
 	// Events and Replay are each DP rank's KV event endpoints: the engine
-	// dials Events, which its agent binds, and serves replays on Replay.
-	Events, Replay []string
+	// dials Events, which its agent binds, and serves replays on Replay;
+	// an SGLang engine serves snapshot-v1 cuts on Snapshot.
+	Events, Replay, Snapshot []string
 	TP, DP         int
 	PID, AgentPID  int
 }
@@ -232,8 +233,14 @@ func workerID(i int) string {
 }
 
 // enginePorts is how many ports one engine binds: HTTP, a runner per
-// attention rank, and events and replay per DP rank.
-func (o *Options) enginePorts() int { return 1 + o.DP*o.TP + 2*o.DP }
+// attention rank, and events, replay and (SGLang) snapshots per DP rank.
+func (o *Options) enginePorts() int {
+	n := 1 + o.DP*o.TP + 2*o.DP
+	if o.snapshots() {
+		n += o.DP
+	}
+	return n
+}
 
 // Start brings the cluster up and waits until every router sees every
 // worker with its sources ready. On failure nothing is left running and
