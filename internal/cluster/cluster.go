@@ -93,11 +93,13 @@ type Engine struct {
 	// (DP rank d, TP rank t: d*TP + t); a hint names the TP rank 0 one.
 	Control []string
 	// Events and Replay are each DP rank's KV event endpoints: the engine
-	// dials Events, which its agent binds, and serves replays on Replay;
-	// an SGLang engine serves snapshot-v1 cuts on Snapshot.
-	Events, Replay, Snapshot []string
+	// dials Events, which its agent binds, and serves replays on Replay.
+	Events, Replay []string
 	TP, DP         int
 	PID, AgentPID  int
+
+	// Snapshot are an SGLang engine's snapshot-v1 endpoints per DP rank.
+	Snapshot []string
 }
 
 // ControlEndpoint is the runner endpoint hints name for DP rank d.

@@ -110,7 +110,8 @@ type Config struct {
 	// DP rank; "" serves none. With it the live topics name each rank's
 	// publisher epoch, as SGLang's do.
 	SnapshotEndpoint string
-	Topic          string
+
+	Topic string
 	// EventsConnect, when set, dials this subscriber (llm-d style) instead
 	// of binding EventsEndpoint; the topic defaults to kv@<host>:<port>@<model>.
 	EventsConnect string
