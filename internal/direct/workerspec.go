@@ -26,8 +26,12 @@ const DefaultBlockSize = 16
 type WorkerSpec struct {
 	ID        string
 	URL       string
-	Events    string // the engine's bound PUB, dialable; "" for approximate mode
-	Replay    string // its replay ROUTER; "" for none
+	Events string // the engine's bound PUB, dialable; "" for approximate mode
+	// Replay is its replay ROUTER, "" for none: with Events, or for an
+	// engine that sends its events to --events-bind.
+	Replay string
+	// Snapshot is its SGLang snapshot-v1 ROUTER, "" for none (with Events).
+	Snapshot  string
 	BlockSize int
 	DP        int
 	// TP is the tensor-parallel ranks per DP rank. Above 1, each TP rank's
@@ -45,6 +49,7 @@ const (
 	wkURL       = "url"
 	wkEvents    = "events"
 	wkReplay    = "replay"
+	wkSnapshot  = "snapshot"
 	wkBlockSize = "block_size"
 	wkDP        = "dp"
 	wkTP        = "tp"
@@ -56,7 +61,8 @@ const (
 )
 
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
-// [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P].
+// [,snapshot=...][,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M]
+// [,engine=E][,hint=P].
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	spec := WorkerSpec{BlockSize: DefaultBlockSize, DP: 1, TP: 1, Engine: router.EngineVLLM}
 	seen := map[string]bool{}
@@ -77,6 +83,8 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			spec.Events = v
 		case wkReplay:
 			spec.Replay = v
+		case wkSnapshot:
+			spec.Snapshot = v
 		case wkBlockSize:
 			spec.BlockSize, err = positive(v)
 		case wkDP:
@@ -99,7 +107,7 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			p, err = parsePlacement(v)
 			spec.Placement = &p
 		default:
-			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint")
+			err = fmt.Errorf("unknown key; known: url, events, replay, snapshot, block_size, dp, tp, type, id, model, engine, hint")
 		}
 		if err != nil {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
@@ -112,14 +120,14 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	if spec.ID == "" {
 		spec.ID = u.Host
 	}
-	for k, ep := range map[string]string{wkEvents: spec.Events, wkReplay: spec.Replay} {
+	for k, ep := range map[string]string{wkEvents: spec.Events, wkReplay: spec.Replay, wkSnapshot: spec.Snapshot} {
 		if ep != "" && kvstream.Binds(ep) && strings.HasPrefix(ep, "tcp://") {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s=%s: the engine binds there; give the address the router dials (tcp://ENGINE_HOST:PORT)",
 				errWorkerFlag, s, k, ep)
 		}
 	}
-	if spec.Replay != "" && spec.Events == "" {
-		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", errWorkerFlag, s)
+	if spec.Snapshot != "" && (spec.Events == "" || spec.Engine != router.EngineSGLang) {
+		return WorkerSpec{}, fmt.Errorf("%w %q: snapshot (SGLang's snapshot_endpoint) needs events and engine=sglang", errWorkerFlag, s)
 	}
 	if spec.TP > 1 && spec.Engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
