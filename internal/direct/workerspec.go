@@ -26,12 +26,9 @@ const DefaultBlockSize = 16
 type WorkerSpec struct {
 	ID        string
 	URL       string
-	Events string // the engine's bound PUB, dialable; "" for approximate mode
-	// Replay is its replay ROUTER, "" for none: with Events, or for an
-	// engine that sends its events to --events-bind.
-	Replay string
-	// Snapshot is its SGLang snapshot-v1 ROUTER, "" for none (with Events).
-	Snapshot  string
+	Events    string // the engine's bound PUB, dialable; "" for approximate mode
+	Replay    string // its replay ROUTER ("" for none): with Events, or an engine sending to --events-bind
+	Snapshot  string // its SGLang snapshot-v1 ROUTER ("" for none), with Events
 	BlockSize int
 	DP        int
 	// TP is the tensor-parallel ranks per DP rank. Above 1, each TP rank's
