@@ -165,7 +165,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		pub = relay.NewPublisher(b.Conn, prefix, a.log)
 		var opts []CoreOption
 		if a.probesRunners(d) {
-			opts = append(opts, ProbeRunners())
+			opts = append(opts, ProbeRunners(d.TPRanksPerDPRank))
 		}
 		core, err := NewCore(a.cfg.WorkerID, d, pub, a.log, opts...)
 		if err != nil {

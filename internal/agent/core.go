@@ -42,8 +42,11 @@ type output Core
 type CoreOption func(*ingest.Config)
 
 // ProbeRunners says the agent's runner prober reports the owners' runners
-// (SetRunner): owners then outlive their engine (ingest.Config.ProbeRunners).
-func ProbeRunners() CoreOption { return func(c *ingest.Config) { c.ProbeRunners = true } }
+// (SetRunner), perRank of them for each DP rank: owners then outlive their
+// engine (ingest.Config.ProbeRunners).
+func ProbeRunners(perRank int) CoreOption {
+	return func(c *ingest.Config) { c.ProbeRunners, c.Runners = true, perRank }
+}
 
 // NewCore returns the core of worker's agent for descriptor d, publishing
 // through plane. Every source starts detached and not ready; a rank's

@@ -69,7 +69,11 @@ type Config struct {
 	// it nobody can tell that a runner outlived its engine, and those
 	// signals reset the owner with the worker.
 	ProbeRunners bool
-	Log          *slog.Logger // nil: slog.Default
+	// Runners is how many runners (TP ranks) each owning rank has, all of
+	// which must answer the prober; 0 means max(TP, 1). An engine that
+	// folds its TP shards itself still has a runner per TP rank.
+	Runners int
+	Log     *slog.Logger // nil: slog.Default
 }
 
 // Core turns each DP rank's engine stream into ordered inventory ops of
@@ -180,7 +184,11 @@ func New(cfg Config, out Output) (*Core, error) {
 				r.agg = newAggregator(cfg.TP)
 			}
 			if cfg.ProbeRunners {
-				r.runners = make([]runnerState, max(cfg.TP, 1))
+				n := cfg.Runners
+				if n <= 0 {
+					n = max(cfg.TP, 1)
+				}
+				r.runners = make([]runnerState, n)
 			}
 		}
 		r.ready = make([]bool, len(r.srcs))

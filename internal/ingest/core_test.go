@@ -18,10 +18,11 @@ import (
 // TestCore runs the behaviour suite: every file under testdata/ drives a
 // core with the commands below and checks what it told its output.
 //
-//	init [ranks=N] [owners=all|none|0,1,...] [tp=N] [salts] [lossy] [probe]
+//	init [ranks=N] [owners=all|none|0,1,...] [tp=N] [salts] [lossy] [probe] [runners=N]
 //	    A core of N DP ranks (default 1) of worker w, block size 4, whose
 //	    ranks' sources are named w<dp> and o<dp>; probe: a runner prober
-//	    reports the owners' runners (Config.ProbeRunners).
+//	    reports the owners' runners (Config.ProbeRunners), runners= of
+//	    them per rank.
 //	batch [dp=N] [seq=N] [shard=N] [epoch=E] [replayed] [malformed]
 //	    A batch; one event per input line (below). Seqs count up per rank
 //	    from 0 unless seq= says. shard= puts it on a runner shard topic.
@@ -145,7 +146,7 @@ func (e *env) do(c *ddCase) string {
 func (e *env) init(c *ddCase) string {
 	n := c.int(e.t, "ranks", 1)
 	owners := c.str("owners", "all")
-	cfg := Config{BlockSize: e.tr.bs, TP: c.int(e.t, "tp", 1), InheritSalt: c.has("salts"), Lossy: c.has("lossy"), ProbeRunners: c.has("probe"),
+	cfg := Config{BlockSize: e.tr.bs, TP: c.int(e.t, "tp", 1), InheritSalt: c.has("salts"), Lossy: c.has("lossy"), ProbeRunners: c.has("probe"), Runners: c.int(e.t, "runners", 0),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ix, err := index.New(index.Config{BlockSize: e.tr.bs})
 	if err != nil {
