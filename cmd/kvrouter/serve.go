@@ -1,3 +1,5 @@
+// This file holds `kvrouter serve`: the router service's flags, turned into serve.Options.
+
 package main
 
 import (

@@ -46,7 +46,7 @@ func (f *Fleet) Run(ctx context.Context) {
 	f.warned = map[string]bool{}
 	var wg sync.WaitGroup
 	for _, spec := range f.Specs {
-		if spec.Replay != "" && spec.Events == "" && f.EventsBind == "" {
+		if spec.replay != "" && spec.events == "" && f.EventsBind == "" {
 			f.Log.Warn("worker: replay= without events= serves engines that send to --events-bind; ignored", "worker", spec.ID)
 		}
 		fw := &flagWorker{spec: spec}
@@ -61,10 +61,10 @@ func (f *Fleet) Run(ctx context.Context) {
 
 func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 	spec := fw.spec
-	model := spec.Model
+	model := spec.model
 	for delay := 250 * time.Millisecond; model == ""; delay = min(2*delay, 5*time.Second) {
 		var err error
-		if model, err = askModel(ctx, f.Client, spec.URL); err == nil {
+		if model, err = askModel(ctx, f.Client, spec.url); err == nil {
 			break
 		}
 		f.Log.Warn("worker: waiting for its /v1/models to name the model (or give model= in --worker)",
@@ -75,15 +75,15 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 		case <-time.After(delay):
 		}
 	}
-	if err := f.Router.Upsert(spec.worker(model, spec.Events != ""), f.Now()); err != nil {
+	if err := f.Router.Upsert(spec.worker(model, spec.events != ""), f.Now()); err != nil {
 		f.Log.Error("worker: cannot add", "worker", spec.ID, "err", err)
 		return
 	}
-	f.Log.Info("worker: added", "worker", spec.ID, "model", model, "mode", modeOf(spec.Events != ""))
+	f.Log.Info("worker: added", "worker", spec.ID, "model", model, "mode", modeOf(spec.events != ""))
 	f.mu.Lock()
 	fw.model = model
 	f.mu.Unlock()
-	if spec.Events == "" {
+	if spec.events == "" {
 		return
 	}
 	sink, err := f.Router.Sink(spec.ID)
@@ -93,7 +93,7 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 	}
 	in := newEngineIngest(spec, sink, f.Metrics, f.Log, f.Now)
 	var wg sync.WaitGroup
-	for rank := range spec.DP {
+	for rank := range spec.dp {
 		wg.Go(func() { f.follow(ctx, spec, in, rank) })
 	}
 	wg.Wait()
@@ -109,23 +109,23 @@ func modeOf(events bool) string {
 // follow dials rank's publisher, whose port is the base port offset by
 // the rank, as the engines do.
 func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank int) {
-	ep, err := kvstream.EndpointForRank(spec.Events, rank)
+	ep, err := kvstream.EndpointForRank(spec.events, rank)
 	if err != nil {
-		f.Log.Error("worker: events endpoint", "worker", in.id, "events", spec.Events, "err", err)
+		f.Log.Error("worker: events endpoint", "worker", in.id, "events", spec.events, "err", err)
 		return
 	}
 	replay := ""
-	if spec.Replay != "" {
-		if replay, err = kvstream.EndpointForRank(spec.Replay, rank); err != nil {
-			f.Log.Error("worker: replay endpoint", "worker", in.id, "replay", spec.Replay, "err", err)
+	if spec.replay != "" {
+		if replay, err = kvstream.EndpointForRank(spec.replay, rank); err != nil {
+			f.Log.Error("worker: replay endpoint", "worker", in.id, "replay", spec.replay, "err", err)
 			return
 		}
 	}
-	if spec.Snapshot != "" {
+	if spec.snapshot != "" {
 		// The cut first, so that the catch-up replay reaches its barrier.
-		snap, err := kvstream.EndpointForRank(spec.Snapshot, rank)
+		snap, err := kvstream.EndpointForRank(spec.snapshot, rank)
 		if err != nil {
-			f.Log.Error("worker: snapshot endpoint", "worker", in.id, "snapshot", spec.Snapshot, "err", err)
+			f.Log.Error("worker: snapshot endpoint", "worker", in.id, "snapshot", spec.snapshot, "err", err)
 			return
 		}
 		if s, err := kvstream.FetchSnapshot(ctx, snap, kvstream.SnapshotClientConfig{Logger: f.Log}); err != nil {
@@ -194,10 +194,10 @@ func (f *Fleet) replayFor(key string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fw := f.byHost[topicHost(key)]
-	if fw == nil || fw.spec.Events != "" || fw.spec.DP != 1 {
+	if fw == nil || fw.spec.events != "" || fw.spec.dp != 1 {
 		return ""
 	}
-	return fw.spec.Replay
+	return fw.spec.replay
 }
 
 // topicHost is the host:port of a kv@<host>:<port>@<model> topic.
@@ -227,7 +227,7 @@ func (f *Fleet) bound(topic string) *ingest {
 	if fw.in != nil {
 		return fw.in
 	}
-	if fw.spec.Events != "" {
+	if fw.spec.events != "" {
 		// Followed by dialing already: the same events twice would
 		// only confuse the sequence tracking.
 		return nil

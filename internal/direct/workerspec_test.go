@@ -17,16 +17,16 @@ func TestParseWorkerSpec(t *testing.T) {
 		err  string
 		want WorkerSpec
 	}{
-		{in: "url=http://10.0.0.5:8000", want: WorkerSpec{ID: "10.0.0.5:8000", URL: "http://10.0.0.5:8000", BlockSize: 16, DP: 1, TP: 1, Engine: "vllm"}},
+		{in: "url=http://10.0.0.5:8000", want: WorkerSpec{ID: "10.0.0.5:8000", url: "http://10.0.0.5:8000", blockSize: 16, dp: 1, tp: 1, engine: "vllm"}},
 		{in: "url=http://h:1/,events=tcp://h:5557,replay=tcp://h:5558,block_size=64,dp=2,tp=4,type=decode,id=w1,model=m,engine=sglang,hint=sglang-old",
-			want: WorkerSpec{ID: "w1", URL: "http://h:1", Events: "tcp://h:5557", Replay: "tcp://h:5558", BlockSize: 64, DP: 2, TP: 4,
-				Type: hints.TypeDecode, Model: "m", Engine: "sglang", Placement: &sg}},
+			want: WorkerSpec{ID: "w1", url: "http://h:1", events: "tcp://h:5557", replay: "tcp://h:5558", blockSize: 64, dp: 2, tp: 4,
+				workerType: hints.TypeDecode, model: "m", engine: "sglang", placement: &sg}},
 		{in: "events=tcp://h:1", err: "url: want http://HOST:PORT"},
 		{in: "url=ftp://h:1", err: "url: want"},
 		{in: "url=http://h:1,events=tcp://*:5557", err: "events=tcp://*:5557: the engine binds there"},
-		{in: "url=http://h:1,replay=tcp://h:2", want: WorkerSpec{ID: "h:1", URL: "http://h:1", Replay: "tcp://h:2", BlockSize: 16, DP: 1, TP: 1, Engine: "vllm"}},
+		{in: "url=http://h:1,replay=tcp://h:2", want: WorkerSpec{ID: "h:1", url: "http://h:1", replay: "tcp://h:2", blockSize: 16, dp: 1, tp: 1, engine: "vllm"}},
 		{in: "url=http://h:1,events=tcp://h:5557,snapshot=tcp://h:5559,engine=sglang",
-			want: WorkerSpec{ID: "h:1", URL: "http://h:1", Events: "tcp://h:5557", Snapshot: "tcp://h:5559", BlockSize: 16, DP: 1, TP: 1, Engine: "sglang"}},
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", events: "tcp://h:5557", snapshot: "tcp://h:5559", blockSize: 16, dp: 1, tp: 1, engine: "sglang"}},
 		{in: "url=http://h:1,events=tcp://h:5557,snapshot=tcp://h:5559", err: "snapshot (SGLang's snapshot_endpoint) needs events and engine=sglang"},
 		{in: "url=http://h:1,snapshot=tcp://h:5559,engine=sglang", err: "needs events"},
 		{in: "url=http://h:1,events=tcp://h:5557,snapshot=tcp://*:5559,engine=sglang", err: "snapshot=tcp://*:5559: the engine binds there"},
