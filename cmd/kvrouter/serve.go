@@ -81,7 +81,10 @@ Workers come from two places:
 --worker takes comma-separated key=value pairs:
   url=http://H:P        the engine's OpenAI server (required)
   events=tcp://H:P      its KV event publisher, dialable; omit for approximate mode
-  replay=tcp://H:P      its replay endpoint, to heal sequence gaps
+  replay=tcp://H:P      its replay endpoint, to heal sequence gaps and catch up on
+                        its history at start (with --events-bind: at its first batch)
+  snapshot=tcp://H:P    SGLang's snapshot_endpoint (engine=sglang, with events=): its
+                        snapshot-v1 cut is the start of the catch-up
   block_size=N          KV block size in tokens (default 16; must match the engine)
   dp=N                  data-parallel ranks (default 1)
   tp=N                  tensor-parallel ranks per DP rank (default 1; engine=sglang

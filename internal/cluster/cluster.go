@@ -97,6 +97,9 @@ type Engine struct {
 	Events, Replay []string
 	TP, DP         int
 	PID, AgentPID  int
+
+	// Snapshot are an SGLang engine's snapshot-v1 endpoints per DP rank.
+	Snapshot []string
 }
 
 // ControlEndpoint is the runner endpoint hints name for DP rank d.
@@ -244,8 +247,14 @@ func workerID(i int) string {
 }
 
 // enginePorts is how many ports one engine binds: HTTP, a runner per
-// attention rank, and events and replay per DP rank.
-func (o *Options) enginePorts() int { return 1 + o.DP*o.TP + 2*o.DP }
+// attention rank, and events, replay and (SGLang) snapshots per DP rank.
+func (o *Options) enginePorts() int {
+	n := 1 + o.DP*o.TP + 2*o.DP
+	if o.snapshots() {
+		n += o.DP
+	}
+	return n
+}
 
 // Start brings the cluster up and waits until every router sees every
 // worker with its sources ready. On failure nothing is left running and
