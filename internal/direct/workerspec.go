@@ -12,6 +12,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
+	"kvrouter/internal/workerconfig"
 )
 
 // errWorkerFlag marks a --worker value that does not parse.
@@ -38,6 +39,9 @@ type WorkerSpec struct {
 	Model     string           // "" asks the worker's /v1/models
 	Engine    string
 	Placement *hints.Placement // hint= override
+	// BootstrapPort is an SGLang prefill engine's
+	// disaggregation_bootstrap_port (bootstrap_port=, default SGLang's).
+	BootstrapPort int
 }
 
 // Keys of a --worker value.
@@ -53,10 +57,13 @@ const (
 	wkModel     = "model"
 	wkEngine    = "engine"
 	wkHint      = "hint"
+	wkBootstrap = "bootstrap_port"
 )
 
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
-// [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P].
+// [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P]
+// [,bootstrap_port=N]. type=prefill or decode makes the engine serve one
+// leg of disaggregated requests (engine= says which protocol).
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	spec := WorkerSpec{BlockSize: DefaultBlockSize, DP: 1, TP: 1, Engine: router.EngineVLLM}
 	seen := map[string]bool{}
@@ -98,8 +105,12 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			var p hints.Placement
 			p, err = parsePlacement(v)
 			spec.Placement = &p
+		case wkBootstrap:
+			if spec.BootstrapPort, err = positive(v); err == nil && spec.BootstrapPort > 65535 {
+				err = fmt.Errorf("%q: want a port in 1..65535", v)
+			}
 		default:
-			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint")
+			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint, bootstrap_port")
 		}
 		if err != nil {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
@@ -120,6 +131,13 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	}
 	if spec.Replay != "" && spec.Events == "" {
 		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", errWorkerFlag, s)
+	}
+	if spec.BootstrapPort != 0 && (spec.Engine != router.EngineSGLang || spec.Type != hints.TypePrefill) {
+		return WorkerSpec{}, fmt.Errorf("%w %q: bootstrap_port: only an SGLang prefill engine (engine=sglang,type=prefill) runs a bootstrap server",
+			errWorkerFlag, s)
+	}
+	if spec.Engine == router.EngineSGLang && spec.Type == hints.TypePrefill && spec.BootstrapPort == 0 {
+		spec.BootstrapPort = workerconfig.DefaultSGLangBootstrapPort
 	}
 	if spec.TP > 1 && spec.Engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
@@ -175,6 +193,7 @@ func (s WorkerSpec) worker(model string, events bool) router.Worker {
 		// The operator vouches that the engine reads hints.
 		w.Capability = hints.Capability{CanConsume: true, Type: s.Type}
 	}
+	w.Role, w.BootstrapPort = s.Type, s.BootstrapPort
 	if events {
 		w.Mode = router.ModeEvents
 		// Runner-owned blocks an engine reports need an owner to belong
