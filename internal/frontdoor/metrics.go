@@ -37,6 +37,9 @@ type Metrics struct {
 	hints            *prometheus.CounterVec
 	cachedTokens     *prometheus.CounterVec
 	peerRestored     *prometheus.CounterVec
+	pdLegs           *prometheus.CounterVec
+	pdSkips          *prometheus.CounterVec
+	pdFallbacks      *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25}
@@ -70,8 +73,17 @@ func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
 		Help: "Prompt tokens workers reported as cached (usage.prompt_tokens_details.cached_tokens), by whether a hint was sent."}, []string{"hinted"})
 	m.peerRestored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_peer_restored_tokens_total",
 		Help: "Prompt tokens workers reported as pulled from a peer (usage.kvrouter.peer_restored_tokens), by whether a hint was sent."}, []string{"hinted"})
+	m.pdLegs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_pd_legs_total",
+		Help: "Legs of disaggregated requests sent, by leg (prefill, decode) and outcome (ok, failed, rejected: the worker refused the request itself)."},
+		[]string{"leg", "outcome"})
+	m.pdSkips = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_pd_prefill_skipped_total",
+		Help: "Disaggregated requests whose prefill leg was skipped, the decode worker running them alone, by reason (short_rest, mostly_cached)."},
+		[]string{"reason"})
+	m.pdFallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_pd_fallbacks_total",
+		Help: "Failed prefill legs, by what followed: prefill_retried (on another prefill worker), decode_whole (the decode worker ran the whole request), aggregated (an aggregated worker did), none_left (the client got the failure)."},
+		[]string{"kind"})
 	reg.MustRegister(m.requests, m.retries, m.upstreamFailures, m.streamErrors, m.decision, m.tokenize, m.tokenizeErrors, m.overlap,
-		m.hints, m.cachedTokens, m.peerRestored)
+		m.hints, m.cachedTokens, m.peerRestored, m.pdLegs, m.pdSkips, m.pdFallbacks)
 	for _, o := range []string{outcomeOK, outcomeUpstreamError, outcomeNoWorker, outcomeBadRequest, outcomeCanceled} {
 		m.requests.WithLabelValues(o)
 	}

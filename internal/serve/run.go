@@ -101,6 +101,8 @@ type Options struct {
 	// RetryReset sends a request whose connection to a worker broke before
 	// any byte of the answer to another worker, once.
 	RetryReset bool
+	// PD configures disaggregated serving (--pd-*).
+	PD router.PDConfig
 
 	// Replica names this router on the load subject (default random).
 	Replica string
@@ -126,7 +128,7 @@ func Defaults() Options {
 		HintPolicy: policyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
-		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
+		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true, PD: router.DefaultPD(),
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 	}
 }
@@ -187,6 +189,9 @@ func (o *Options) check() error {
 	}
 	if o.HealthDownAfter < 1 {
 		return fmt.Errorf("%w: --health-down-after %d must be at least 1", errOptions, o.HealthDownAfter)
+	}
+	if err := o.PD.Check(); err != nil {
+		return fmt.Errorf("%w: %v", errOptions, err)
 	}
 	if o.EngineMetricsInterval < 0 {
 		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", errOptions, o.EngineMetricsInterval)
@@ -348,7 +353,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	peers := loadshare.NewPeers(svc.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
 	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
-		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset}
+		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset, PD: o.PD}
 	mux := http.NewServeMux()
 	svc.Server.Mount(mux)
 	(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg}).Mount(mux)
