@@ -335,6 +335,9 @@ func (s *Server) sendSGLang(w http.ResponseWriter, r *http.Request, p *prepared,
 		if err != nil {
 			return sendResult{err: badRequest(err)}
 		}
+		// The decode leg's body is written over the same pooled buffer
+		// while this one is being sent.
+		body = slices.Clone(body)
 		ctx, cancel := context.WithCancel(r.Context())
 		var res prefillResult
 		prefilled := make(chan struct{})
@@ -344,7 +347,10 @@ func (s *Server) sendSGLang(w http.ResponseWriter, r *http.Request, p *prepared,
 				cancel() // the decode leg would wait for KV that is not coming
 			}
 		}()
-		out := s.sendLeg(w, r, p, pl.Decode, leg{ctx: ctx, extra: extra, decode: true})
+		// A decode server fails at once when it cannot reach the prefill's
+		// bootstrap server: that is the prefill's failure, to retry.
+		calledOff := func() bool { return waitPrefill(prefilled, r.Context()) && (res.fail != nil || res.answer != nil) }
+		out := s.sendLeg(w, r, p, pl.Decode, leg{ctx: ctx, extra: extra, decode: true, calledOff: calledOff})
 		if out.err == nil || out.started {
 			// The decode leg answered: the prefill's own answer no
 			// longer matters.
@@ -399,7 +405,8 @@ func (s *Server) sendSGLang(w http.ResponseWriter, r *http.Request, p *prepared,
 
 // waitPrefill waits a moment for the prefill leg to end after the decode
 // leg failed: a decode worker fails fast when its prefill did, and the
-// prefill's failure says what went wrong. false when it is still running.
+// prefill's failure says what went wrong. false when it is still running
+// (a second is far beyond a refused connection's or an error's time).
 func waitPrefill(prefilled <-chan struct{}, ctx context.Context) bool {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()

@@ -138,6 +138,10 @@ type leg struct {
 	// decode: a decode leg, which pulls the prompt's KV rather than
 	// computing it and whose hint decision is not its own.
 	decode bool
+	// calledOff, when set, is asked before a 5xx answer goes out: true
+	// drops it, nothing sent (an SGLang decode leg failing because its
+	// prefill did, which the router retries).
+	calledOff func() bool
 }
 
 // upstreamHeader is the head a worker gets: the client's end-to-end
@@ -160,7 +164,7 @@ func upstreamHeader(r *http.Request, p *prepared, t router.Target) http.Header {
 func (s *Server) newLoadID() string { return s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10) }
 
 // whole reports whether lg is a whole request's (the zero leg).
-func (lg *leg) whole() bool { return lg.ctx == nil && lg.extra == nil && !lg.decode }
+func (lg *leg) whole() bool { return lg.ctx == nil && lg.extra == nil && !lg.decode && lg.calledOff == nil }
 
 // send forwards the request to the decision's target and streams the answer
 // back. Cancelling the client's request cancels the upstream one.
@@ -206,6 +210,9 @@ func (s *Server) sendLeg(w http.ResponseWriter, r *http.Request, p *prepared, d 
 		return s.sendFailed(r, t.Worker, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 500 && lg.calledOff != nil && lg.calledOff() {
+		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error", "leg called off", outcomeUpstreamError}}
+	}
 	if !lg.decode {
 		s.countDecision(d)
 	}
