@@ -144,9 +144,9 @@ func TestBootstrapMembers(t *testing.T) {
 func TestTransferParams(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"choices":[],"kv_transfer_params":{"remote_host":"h","remote_block_ids":[18446744073709551615]}}`: `{"remote_host":"h","remote_block_ids":[18446744073709551615]}`,
-		`{"choices":[],"kv_transfer_params":null}`: "",
-		`{"choices":[]}`:                           "",
-		`not json`:                                 "",
+		`{"choices":[],"kv_transfer_params":null}`:                                                          "",
+		`{"choices":[]}`: "",
+		`not json`:       "",
 	} {
 		if got := string(transferParams([]byte(body))); got != want {
 			t.Errorf("%s: %q, want %q", body, got, want)

@@ -164,7 +164,9 @@ func upstreamHeader(r *http.Request, p *prepared, t router.Target) http.Header {
 func (s *Server) newLoadID() string { return s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10) }
 
 // whole reports whether lg is a whole request's (the zero leg).
-func (lg *leg) whole() bool { return lg.ctx == nil && lg.extra == nil && !lg.decode && lg.calledOff == nil }
+func (lg *leg) whole() bool {
+	return lg.ctx == nil && lg.extra == nil && !lg.decode && lg.calledOff == nil
+}
 
 // send forwards the request to the decision's target and streams the answer
 // back. Cancelling the client's request cancels the upstream one.
