@@ -64,7 +64,7 @@ two decode engines ('kvrouter mocker --role prefill|decode') behind the router,
 which runs each request's prefill leg and decode leg in the engine's protocol
 (vLLM: kv_transfer_params; SGLang: bootstrap_host/port/room); the decode engine
 pulls the prompt's KV from the prefill's runner over TCP. Multi-turn sessions
-(12 x 4 turns, a 600-token context growing 40 tokens a turn) let a vLLM decode
+(12 x 4 turns, a 3,000-token context growing 40 tokens a turn) let a vLLM decode
 worker that holds the conversation run later turns alone (the prefill leg
 skipped); SGLang's decode servers cannot. Every answer is compared with an
 aggregated engine's, run in this process off the router. It prints

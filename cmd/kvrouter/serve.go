@@ -184,7 +184,7 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.DurationVar(&o.HealthTimeout, "health-timeout", o.HealthTimeout, "a health probe not answered within this fails")
 	f.IntVar(&o.HealthDownAfter, "health-down-after", o.HealthDownAfter, "failed health probes in a row that mark a worker down (a refused connection marks it at once)")
 	f.BoolVar(&o.RetryReset, "retry-reset", o.RetryReset, "send a request whose connection to a worker broke before any byte of the answer to another worker, once")
-	f.IntVar(&o.PD.LocalPrefillTokens, "pd-local-prefill-tokens", o.PD.LocalPrefillTokens, "disaggregated serving: skip the prefill leg when the (vLLM) decode worker would compute fewer prompt tokens than this itself; 0 never skips on this ground")
+	f.IntVar(&o.PD.LocalPrefillTokens, "pd-local-prefill-tokens", o.PD.LocalPrefillTokens, "disaggregated serving: skip the prefill leg when the (vLLM) decode worker would compute fewer prompt tokens than this itself (the default is measured in docs/benchmarks.md); 0 never skips on this ground")
 	f.Float64Var(&o.PD.LocalPrefillFraction, "pd-local-prefill-fraction", o.PD.LocalPrefillFraction, "disaggregated serving: skip the prefill leg when the (vLLM) decode worker holds at least this fraction of the prompt; 0 never skips on this ground")
 	f.Float64Var(&o.PD.DecodePrefillScale, "pd-decode-prefill-scale", o.PD.DecodePrefillScale, "disaggregated serving: weight of the prompt blocks a decode worker lacks (it pulls them) against its decode load, as a fraction of --prefill-load-scale")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")

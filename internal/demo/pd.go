@@ -26,18 +26,20 @@ import (
 
 // The pd scenario's fleet and traffic: per flavour one prefill and two
 // decode engines behind the router, and multi-turn sessions whose later
-// turns add a short message to a long context, so that a vLLM decode
-// worker holding the conversation runs them alone.
+// turns add a short message to a long context: a new context is longer
+// than serve's --pd-local-prefill-tokens (its prefill leg runs), a
+// follow-up's rest shorter, so that a vLLM decode worker holding the
+// conversation runs it alone.
 const (
 	pdBlockSize       = 16
 	pdKVBytesPerToken = 256
-	pdGPUBlocks       = 1024
-	pdRunnerBlocks    = 2048
+	pdGPUBlocks       = 4096
+	pdRunnerBlocks    = 8192
 	pdSessions        = 12
 	pdTurns           = 4
 	pdConcurrency     = 4
-	pdSystemTokens    = 600 // each session's opening context
-	pdTurnTokens      = 40  // what each later turn adds
+	pdSystemTokens    = 3000 // each session's opening context
+	pdTurnTokens      = 40   // what each later turn adds
 	pdMaxTokens       = 12
 )
 

@@ -308,7 +308,7 @@ func TestPDPrefillFails(t *testing.T) {
 			if tc.agg {
 				specs = append(specs, mockerSpec(t, ref, tc.flavor, "aggregated"))
 			}
-			g := h.service(func(o *Options) { o.Workers = specs })
+			g := h.service(func(o *Options) { o.Workers, o.PD.LocalPrefillTokens = specs, 64 })
 			waitWorkers(t, g, len(specs))
 			// A prompt whose prefill leg goes to the dead worker first.
 			var prompt string
@@ -380,7 +380,9 @@ func TestPDDecodeBreaks(t *testing.T) {
 		}
 		return s
 	}
-	g := h.service(func(o *Options) { o.Workers = []direct.WorkerSpec{spec(pre.URL, "prefill"), spec(dec.URL, "decode")} })
+	g := h.service(func(o *Options) {
+		o.Workers, o.PD.LocalPrefillTokens = []direct.WorkerSpec{spec(pre.URL, "prefill"), spec(dec.URL, "decode")}, 64
+	})
 	waitWorkers(t, g, 2)
 	a := ask(t, g, longText("breaks", 30), true)
 	if a.status != http.StatusOK || a.done || !a.errEvent || a.text != "a" {
