@@ -289,7 +289,7 @@ func (s *Server) sendVLLM(w http.ResponseWriter, r *http.Request, p *prepared, p
 		}
 		s.Metrics.pdLegs.WithLabelValues(legPrefill, legFailed).Inc()
 		tried = append(tried, pre.Target.Worker.ID)
-		next, err := s.nextPrefill(p, tried)
+		next, err := s.nextPrefill(p, tried, pl.Decode.Target.Worker.Engine)
 		if err != nil {
 			s.warnEvery("pdfallback:"+pre.Target.Worker.ID, "prefill leg failed and no other prefill worker is left; the decode worker runs the whole request",
 				"prefill", pre.Target.Worker.ID, "decode", pl.Decode.Target.Worker.ID, "request", p.id, "err", res.fail.message)
@@ -305,15 +305,15 @@ func (s *Server) sendVLLM(w http.ResponseWriter, r *http.Request, p *prepared, p
 	}
 }
 
-// nextPrefill chooses another prefill worker for a request whose prefill
-// leg failed on those tried; an error when none is left (or enough were
-// tried).
-func (s *Server) nextPrefill(p *prepared, tried []string) (*router.Decision, error) {
+// nextPrefill chooses another prefill worker of engine for a request
+// whose prefill leg failed on those tried; an error when none is left (or
+// enough were tried).
+func (s *Server) nextPrefill(p *prepared, tried []string, engine string) (*router.Decision, error) {
 	if len(tried) >= maxAttempts {
 		return nil, fmt.Errorf("%w: %d prefill workers tried", router.ErrNoWorker, len(tried))
 	}
 	req := p.request(tried, false)
-	req.Leg = router.LegPrefill
+	req.Leg, req.Engine = router.LegPrefill, engine
 	return s.Router.Decide(req)
 }
 
@@ -381,7 +381,7 @@ func (s *Server) sendSGLang(w http.ResponseWriter, r *http.Request, p *prepared,
 		}
 		s.Metrics.pdLegs.WithLabelValues(legPrefill, legFailed).Inc()
 		tried = append(tried, pre.Target.Worker.ID)
-		next, err := s.nextPrefill(p, tried)
+		next, err := s.nextPrefill(p, tried, pl.Decode.Target.Worker.Engine)
 		if err == nil {
 			s.warnEvery("pdretry:"+pre.Target.Worker.ID, "prefill leg failed; retrying the pair with another prefill worker",
 				"prefill", pre.Target.Worker.ID, "retry_on", next.Target.Worker.ID, "request", p.id, "err", res.fail.message)

@@ -31,6 +31,9 @@ type Request struct {
 	// Leg restricts the choice to the workers that can serve it (LegAny:
 	// every worker). A forced Target is taken whatever its role.
 	Leg Leg
+	// Engine, when set, restricts the choice to workers of that engine: a
+	// prefill leg speaks its decode worker's protocol.
+	Engine string
 
 	// weights, when set, price this decision instead of Config.Weights
 	// (a decode leg's, see Plan).
@@ -40,7 +43,7 @@ type Request struct {
 // filtered reports whether the request leaves some workers out, so that
 // the model's cached shape does not describe its choice.
 func (req *Request) filtered() bool {
-	return req.Target != "" || len(req.Exclude) > 0 || req.Leg != LegAny
+	return req.Target != "" || len(req.Exclude) > 0 || req.Leg != LegAny || req.Engine != ""
 }
 
 // Candidate is one (worker, dp_rank) as the decision priced it. Overlaps
@@ -188,7 +191,8 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	anyDown := r.down.Load() > 0 && req.Target == ""
 	included := func(e *entry) bool {
 		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID) &&
-			!(anyDown && e.down.Load()) && (req.Target != "" || req.Leg.admits(&e.w))
+			!(anyDown && e.down.Load()) && (req.Target != "" || req.Leg.admits(&e.w)) &&
+			(req.Engine == "" || e.w.Engine == req.Engine)
 	}
 	sh, ok := r.shapes[req.Model]
 	if !ok || req.filtered() || anyDown {

@@ -201,7 +201,7 @@ func (r *Router) Plan(req Request, cfg PDConfig) (*Plan, error) {
 		return p, nil
 	}
 	preq := req
-	preq.Leg = LegPrefill
+	preq.Leg, preq.Engine = LegPrefill, dd.Target.Worker.Engine
 	pd, err := r.Decide(preq)
 	if err != nil {
 		return nil, err

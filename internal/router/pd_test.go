@@ -109,6 +109,15 @@ func TestPlan(t *testing.T) {
 			workers: []Worker{role("p1", hints.TypePrefill, EngineSGLang), role("d1", hints.TypeDecode, EngineSGLang)},
 			req:     Request{Exclude: []string{"p1"}},
 			want:    want{err: ErrNoWorker}},
+		{name: "the prefill leg speaks the decode worker's protocol",
+			workers: []Worker{role("p1", hints.TypePrefill, EngineSGLang), role("p2", hints.TypePrefill, EngineVLLM),
+				role("d1", hints.TypeDecode, EngineVLLM)},
+			setup: func(f *fleet) {
+				f.store("p1", index.WorkerRank("p1", 0), storeOp(prompt[:12*bs], "", kvevents.TierDevice))
+			},
+			// p1 may still be p2's hint source (hints pair roles; these
+			// test engines hash alike).
+			want: want{prefill: "p2", decode: "d1", disagg: true, uncached: 64, prefillHinted: true}},
 		{name: "a forced target serves the whole request whatever its role",
 			workers: []Worker{role("p1", hints.TypePrefill, EngineSGLang), role("d1", hints.TypeDecode, EngineSGLang)},
 			req:     Request{Target: "p1"},
