@@ -360,12 +360,12 @@ func (s *Server) sendSGLang(w http.ResponseWriter, r *http.Request, p *prepared,
 			s.countLeg(legDecode, out)
 			return out
 		}
-		if !waitPrefill(prefilled, r.Context()) {
-			cancel()
-			<-prefilled
-		}
+		// The decode leg failed with nothing sent: because its prefill did,
+		// or on its own (the prefill still running then).
+		ended := waitPrefill(prefilled, r.Context())
 		cancel()
-		prefillFailed := res.fail != nil || res.answer != nil
+		<-prefilled
+		prefillFailed := ended && (res.fail != nil || res.answer != nil)
 		switch {
 		case r.Context().Err() != nil:
 			return sendResult{err: &apiError{outcome: outcomeCanceled}}
