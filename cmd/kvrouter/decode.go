@@ -1,3 +1,5 @@
+// This file holds `kvrouter decode`: engine KV event batches from hex, files or ZMQ to JSON lines.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the agent's Prometheus metrics and its /metrics and /healthz server.
+
 package agent
 
 import (

@@ -197,7 +197,7 @@ func pdRun(ctx context.Context, o *PDOptions, c *cluster.Cluster, flavor string)
 	if len(ttfts) > 0 {
 		f.TTFTP50MS = ttfts[len(ttfts)/2]
 	}
-	text, err := cluster.Get(ctx, c.RouterURL()+pathMetrics)
+	text, err := cluster.Get(ctx, c.RouterAdminURL()+pathMetrics)
 	if err != nil {
 		return f, fmt.Errorf("router metrics: %w", err)
 	}

@@ -15,6 +15,7 @@ const (
 	outcomeNoWorker      = "no_worker"
 	outcomeBadRequest    = "bad_request"
 	outcomeCanceled      = "canceled"
+	outcomeOverloaded    = "overloaded"
 )
 
 // Upstream failures, the label of kvrouter_upstream_failures_total.
@@ -40,6 +41,8 @@ type Metrics struct {
 	pdLegs           *prometheus.CounterVec
 	pdSkips          *prometheus.CounterVec
 	pdFallbacks      *prometheus.CounterVec
+	refused          *prometheus.CounterVec
+	oversize         *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25}
@@ -51,7 +54,7 @@ var latencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6
 func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
 	m := &Metrics{}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_requests_total",
-		Help: "Inference requests by outcome (ok, upstream_error, no_worker, bad_request, canceled)."}, []string{"outcome"})
+		Help: "Inference requests by outcome (ok, upstream_error, no_worker, bad_request, canceled, overloaded)."}, []string{"outcome"})
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_retries_total",
 		Help: "Requests sent to another worker after one refused the connection or broke it before any answer (--retry-reset)."})
 	m.upstreamFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_upstream_failures_total",
@@ -82,10 +85,22 @@ func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
 	m.pdFallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_pd_fallbacks_total",
 		Help: "Failed prefill legs, by what followed: prefill_retried (on another prefill worker), decode_whole (the decode worker ran the whole request), aggregated (an aggregated worker did), none_left (the client got the failure)."},
 		[]string{"kind"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_requests_refused_total",
+		Help: "Requests refused before routing to bound the router's memory, by reason: body_timeout (not sent within --body-timeout), " +
+			"body_busy (bodies in flight at --max-body-memory), body_too_large, prompt_too_long (past the model's max_model_len)."}, []string{"reason"})
+	m.oversize = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_upstream_oversize_total",
+		Help: "Workers' answers not passed on because they exceeded the router's cap: a whole non-streamed answer, or one event of a stream."},
+		[]string{"kind"})
 	reg.MustRegister(m.requests, m.retries, m.upstreamFailures, m.streamErrors, m.decision, m.tokenize, m.tokenizeErrors, m.overlap,
-		m.hints, m.cachedTokens, m.peerRestored, m.pdLegs, m.pdSkips, m.pdFallbacks)
-	for _, o := range []string{outcomeOK, outcomeUpstreamError, outcomeNoWorker, outcomeBadRequest, outcomeCanceled} {
+		m.hints, m.cachedTokens, m.peerRestored, m.refused, m.oversize, m.pdLegs, m.pdSkips, m.pdFallbacks)
+	for _, o := range []string{outcomeOK, outcomeUpstreamError, outcomeNoWorker, outcomeBadRequest, outcomeCanceled, outcomeOverloaded} {
 		m.requests.WithLabelValues(o)
+	}
+	for _, r := range []string{refusedBodyTimeout, refusedBodyBusy, refusedBodyTooBig, refusedPromptLong} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, k := range []string{oversizeAnswer, oversizeEvent} {
+		m.oversize.WithLabelValues(k)
 	}
 	for _, k := range []string{failureRefused, failureNoAnswer, failureBrokeOff} {
 		m.upstreamFailures.WithLabelValues(k)

@@ -178,7 +178,11 @@ func (s *Server) prefillLeg(ctx context.Context, r *http.Request, p *prepared, d
 		return prefillResult{fail: res.err}
 	}
 	defer resp.Body.Close()
-	b, err := readAll(nil, io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
+	b, err := readAll(nil, io.LimitReader(resp.Body, int64(maxResponse)+1), resp.ContentLength, int64(maxResponse), nil)
+	if err == nil && len(b) > maxResponse {
+		// A prefill answers one token: this is no prefill's answer.
+		err = errAnswerTooLarge
+	}
 	s.countDecision(d)
 	s.Load.Prefilled(loadID)
 	msg := func(format string, args ...any) prefillResult {

@@ -1,3 +1,5 @@
+// This file holds Select: the source a target should pull from, and why a hint is or is not sent.
+
 package hints
 
 import (
@@ -145,8 +147,8 @@ func (p pick) better(reach int, s index.Source) bool {
 	return !p.ok || reach > p.reach || reach == p.reach && s.Compare(p.src) < 0
 }
 
-// Select picks the source the target should pull from, following SPEC 5
-// (Dynamo's best_source): the eligible source with the longest prefix beyond
+// Select picks the source the target should pull from, following docs/wire.md
+// §6.1 (Dynamo's best_source): the eligible source with the longest prefix beyond
 // the target's own, or a suffix run that joins the target's prefix and
 // reaches strictly further than that best prefix. A winner whose retained
 // chain is too short fails closed rather than falling back to a runner-up,
@@ -244,7 +246,7 @@ func Select(req Request, policy Policy) (Hint, Decision) {
 	return Hint{Endpoint: m.Endpoint, BlockHashes: slices.Clone(payload)}, d
 }
 
-// eligible applies SPEC 5's source rules to c; it returns ReasonHinted for
+// eligible applies docs/wire.md §6.1's source rules to c; it returns ReasonHinted for
 // an eligible source.
 func eligible(req Request, c *Candidate) Reason {
 	if c.Source.Owner == "" && c.Source.Worker == req.Target.Worker && c.Source.Rank == req.Target.Rank {

@@ -1,4 +1,5 @@
 // This file holds Publisher: the engine side of the stream and of replay.
+
 package kvstream
 
 import (
@@ -14,7 +15,7 @@ import (
 	"kvrouter/internal/zmtp"
 )
 
-// Publisher defaults (SPEC 2.1 engine defaults).
+// Publisher defaults (the engine defaults of docs/wire.md §2.1).
 const (
 	DefaultBufferSteps = 10000
 	DefaultHWM         = 100000
@@ -228,7 +229,7 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// serveReplay answers replay requests as SPEC 2.1 prescribes: every
+// serveReplay answers replay requests as docs/wire.md §2.4 prescribes: every
 // buffered batch with seq >= start, then the end marker; malformed requests
 // get no answer.
 func (p *Publisher) serveReplay(ctx context.Context) {

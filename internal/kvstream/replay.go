@@ -1,4 +1,5 @@
 // This file holds the replay client: one DEALER exchange per gap.
+
 package kvstream
 
 import (

@@ -1,4 +1,5 @@
 // This file holds the ZMTP socket settings kvstream's sockets share.
+
 package kvstream
 
 import (

@@ -1,4 +1,5 @@
 // This file holds Subscriber: the I/O shell around Tracker.
+
 package kvstream
 
 import (

@@ -1,4 +1,5 @@
 // This file holds the wire shapes of live, replay request and replay reply messages.
+
 package kvstream
 
 import (
@@ -11,7 +12,7 @@ import (
 	"kvrouter/internal/kvevents"
 )
 
-// Wire facts of the engine event transport (SPEC 2.1).
+// Wire facts of the engine event transport (docs/wire.md §2).
 const (
 	// seqLen is the size of the sequence frame: unsigned big-endian u64.
 	seqLen = 8
@@ -36,7 +37,7 @@ const (
 )
 
 // ErrMalformed is wrapped by every parse error: the frames do not have the
-// shape SPEC 2.1 prescribes. The errors below say how, and wrap it.
+// shape docs/wire.md §2.3–2.4 prescribes. The errors below say how, and wrap it.
 var ErrMalformed = errors.New("kvstream: malformed frames")
 
 var (

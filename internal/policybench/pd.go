@@ -155,11 +155,11 @@ func (o *PDOptions) pdCluster(ctx context.Context, first string, roles []string,
 				if r, err = c.AddRouter(ctx, f); err != nil {
 					return err
 				}
-				if err := awaitEmpty(ctx, r.URL, c.Engines()); err != nil {
+				if err := awaitEmpty(ctx, r.Admin, c.Engines()); err != nil {
 					return err
 				}
 			}
-			run, err := o.pdRun(ctx, mode, r.URL, reqs)
+			run, err := o.pdRun(ctx, mode, r.URL, r.Admin, reqs)
 			run.Roles, run.Flags = roles, f
 			if run.Roles == nil {
 				run.Roles = slices.Repeat([]string{mocker.RoleAggregated}, o.Engines)
@@ -183,7 +183,7 @@ func (o *PDOptions) pdCluster(ctx context.Context, first string, roles []string,
 	return runs, nil
 }
 
-func (o *PDOptions) pdRun(ctx context.Context, mode, routerURL string, reqs []workload.Request) (PDRun, error) {
+func (o *PDOptions) pdRun(ctx context.Context, mode, routerURL, adminURL string, reqs []workload.Request) (PDRun, error) {
 	fmt.Fprintf(o.Err, "%s: sending %d requests through %s\n", mode, len(reqs), routerURL)
 	d := loadgen.Driver{BaseURL: routerURL, Model: cluster.Model, IgnoreEOS: true}
 	out, err := d.Run(ctx, reqs, loadgen.Progress(prefixCR{o.Err, mode + " "}, len(reqs), o.TTY, nil))
@@ -192,7 +192,7 @@ func (o *PDOptions) pdRun(ctx context.Context, mode, routerURL string, reqs []wo
 	}
 	run := PDRun{Mode: mode, WallMS: float64(out.Wall.Microseconds()) / 1e3, Summary: out.Summary()}
 	run.ITLP50, run.ITLP90 = itl(out.Records)
-	m, err := scrape(ctx, routerURL)
+	m, err := scrape(ctx, adminURL)
 	if err != nil {
 		return run, err
 	}

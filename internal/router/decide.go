@@ -1,3 +1,5 @@
+// This file holds Decide: a request's candidates per block size, their cost, and the target's hint.
+
 package router
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the pricing of ranks: their loads, the cheapest ranks, and draws among ties.
+
 package router
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the Router: its workers, ranks and cache owners, and their registration.
+
 package router
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the router's views for /debug/workers and its counts for metrics.
+
 package router
 
 import (

@@ -198,7 +198,7 @@ type pdRoute struct {
 func explainPD(t testing.TB, g *Service, prompt string) pdRoute {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": mocker.DefaultModel, "prompt": prompt, "max_tokens": 8})
-	status, _, out := post(t, g.url(), "/debug/route", string(body))
+	status, _, out := post(t, g.admin(), "/debug/route", string(body))
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, out)
 	}
@@ -210,7 +210,7 @@ func explainPD(t testing.TB, g *Service, prompt string) pdRoute {
 }
 
 func metricLine(t testing.TB, g *Service, line string) bool {
-	return strings.Contains(string(get(t, g.url()+"/metrics")), line+"\n")
+	return strings.Contains(string(get(t, g.admin()+"/metrics")), line+"\n")
 }
 
 // TestPDServing: one prefill and two decode engines per flavour behind the
@@ -245,7 +245,7 @@ func TestPDServing(t *testing.T) {
 				}
 			}
 			if !metricLine(t, g, `kvrouter_pd_legs_total{leg="prefill",outcome="ok"} 2`) || !metricLine(t, g, `kvrouter_pd_legs_total{leg="decode",outcome="ok"} 2`) {
-				t.Fatalf("leg metrics:\n%s", get(t, g.url()+"/metrics"))
+				t.Fatalf("leg metrics:\n%s", get(t, g.admin()+"/metrics"))
 			}
 
 			// A follow-up: the decode worker that served the first turn
@@ -328,7 +328,7 @@ func TestPDPrefillFails(t *testing.T) {
 			}
 			if !metricLine(t, g, `kvrouter_pd_fallbacks_total{kind="`+tc.fallback+`"} 1`) ||
 				!metricLine(t, g, `kvrouter_pd_legs_total{leg="prefill",outcome="failed"} 1`) {
-				t.Fatalf("metrics:\n%s", get(t, g.url()+"/metrics"))
+				t.Fatalf("metrics:\n%s", get(t, g.admin()+"/metrics"))
 			}
 			if tc.status != http.StatusOK {
 				return
@@ -350,6 +350,9 @@ func TestPDDecodeBreaks(t *testing.T) {
 			fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, mocker.DefaultModel)
 			return
 		}
+		if r.URL.Path != "/v1/completions" {
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"choices":[{"text":"x"}],"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"127.0.0.1","remote_port":1,"remote_block_ids":[]}}`)
 	}))
@@ -360,11 +363,17 @@ func TestPDDecodeBreaks(t *testing.T) {
 			fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, mocker.DefaultModel)
 			return
 		}
+		if r.URL.Path != "/v1/completions" {
+			return // /health, probed once the stream broke
+		}
 		var b struct {
 			KV json.RawMessage `json:"kv_transfer_params"`
 		}
 		json.NewDecoder(r.Body).Decode(&b)
-		got <- string(b.KV)
+		select {
+		case got <- string(b.KV):
+		default:
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n")
 		w.(http.Flusher).Flush()
@@ -392,6 +401,6 @@ func TestPDDecodeBreaks(t *testing.T) {
 		t.Fatalf("the decode leg's kv_transfer_params %s: want the prefill's answer, not the client's", kv)
 	}
 	if !metricLine(t, g, `kvrouter_pd_legs_total{leg="decode",outcome="failed"} 1`) || !metricLine(t, g, `kvrouter_stream_errors_total 1`) {
-		t.Fatalf("metrics:\n%s", get(t, g.url()+"/metrics"))
+		t.Fatalf("metrics:\n%s", get(t, g.admin()+"/metrics"))
 	}
 }

@@ -1,5 +1,5 @@
-// This file holds how a Socket's connections come and go: accepting,
-// redialing, handshaking, attaching and detaching peers.
+// This file holds how a Socket's connections come and go: accept, redial, handshake, attach, detach.
+
 package zmtp
 
 import (

@@ -1,5 +1,5 @@
-// This file holds the frame reader: the one place a peer's sizes are
-// believed, and only as far as the limits and the bytes received allow.
+// This file holds the frame reader: a peer's sizes believed only as far as limits and bytes received allow.
+
 package zmtp
 
 import (

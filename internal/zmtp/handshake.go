@@ -1,4 +1,5 @@
 // This file holds the connection handshake: greeting and NULL mechanism.
+
 package zmtp
 
 import (

@@ -1,5 +1,5 @@
-// This file holds a Socket's options, with their defaults, and what Recv
-// returns.
+// This file holds a Socket's options, with their defaults, and what Recv returns.
+
 package zmtp
 
 import (

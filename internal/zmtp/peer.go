@@ -1,4 +1,5 @@
 // This file holds a live connection: its reader and writer loops.
+
 package zmtp
 
 import (

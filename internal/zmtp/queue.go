@@ -1,4 +1,5 @@
 // This file holds a peer's send queue.
+
 package zmtp
 
 import "sync"

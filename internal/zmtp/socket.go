@@ -1,5 +1,5 @@
-// This file holds Socket: binding, connecting, sending, receiving and
-// closing.
+// This file holds Socket: binding, connecting, sending, receiving and closing.
+
 package zmtp
 
 import (

@@ -1,4 +1,5 @@
 // This file holds the socket counters.
+
 package zmtp
 
 import "sync/atomic"

@@ -1,4 +1,5 @@
 // This file holds subscription sets: a SUB peer's on the PUB side.
+
 package zmtp
 
 import (

@@ -1,4 +1,5 @@
 // This file holds the transports: tcp://, ipc:// and inproc:// endpoints.
+
 package zmtp
 
 import (

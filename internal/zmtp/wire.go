@@ -1,4 +1,5 @@
 // This file holds the ZMTP wire format: greeting, frame headers and errors.
+
 package zmtp
 
 import (
