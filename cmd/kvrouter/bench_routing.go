@@ -29,6 +29,9 @@ func newBenchRoutingCmd() *cobra.Command {
 		userTokens, outTokens   int
 		rate                    float64
 		seed                    uint64
+		pd                      bool
+		pdFlavor                string
+		pdThreshold             int
 	)
 	cmd := &cobra.Command{
 		Use:   "routing",
@@ -92,14 +95,28 @@ recomputed, hints issued and skipped (the router's /metrics; a hint-less
 policy skips every request), errors; then kv_hints' TTFT p90 against every
 other policy's. --json prints
 {"workload", "policies", "ratios", "config"}. --plot writes the TTFT CDF of
-every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
+every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.
+
+--pd compares serving modes instead of policies, on one workload and the same
+number of engines, KV-aware routing without hints in each: aggregated (every
+engine serves whole requests), disaggregated (one prefill engine, the others
+decode engines, every request in two legs: 'kvrouter mocker --role') and
+conditional (the same fleet; a decode worker that would compute fewer than
+--pd-local-prefill-tokens prompt tokens itself runs the request alone). It
+reports TTFT and inter-token latency (ITL: per request, (e2e - TTFT) / (output
+tokens - 1)) p50 and p90 side by side: what disaggregation buys is decode steps
+that no long prefill holds up. --pd-flavor picks the engines (vllm by default;
+sglang's decode servers cannot run a request alone, so its conditional mode is
+not run). --pull-setup-ms applies to the prefill-to-decode hand-over too.
+--json prints {"flavor", "engines", "runs", "config"}.`,
 			fw.Sessions, fw.Turns, fw.SystemPrompts, fw.SystemTokensMin, fw.SystemTokensMax, fw.UserTokens,
 			fw.BurstSize, fw.BurstInterval, qw.Sessions, qw.Turns, qw.BurstInterval,
 			quick.MaxRequests, quick.TimeScale),
 		Example: `  kvrouter bench routing
   kvrouter bench routing --quick
   kvrouter bench routing --workload mooncake --trace mooncake.jsonl --json
-  kvrouter bench routing --policies kv,kv_hints --plot /tmp/ttft.svg`,
+  kvrouter bench routing --policies kv,kv_hints --plot /tmp/ttft.svg
+  kvrouter bench routing --pd --quick --engines 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := interruptible(cmd)
@@ -120,6 +137,10 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 			o.Agentic.UserTokens, o.Agentic.OutputTokens = userTokens, outTokens
 			o.Out, o.Err = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.TTY = isTerminal(os.Stderr)
+			if pd {
+				_, err := policybench.RunPD(ctx, policybench.PDOptions{Options: o, Flavor: pdFlavor, LocalPrefillTokens: pdThreshold})
+				return err
+			}
 			_, err := policybench.Run(ctx, o)
 			return err
 		},
@@ -160,6 +181,9 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 	f.IntVar(&o.MaxRequests, "max-requests", 0, fmt.Sprintf("mooncake: replay the first this many requests; 0 takes the preset (all, --quick %d)", quick.MaxRequests))
 	f.StringVar(&o.Records, "records", "", "write every request's figures (TTFT, cache hits, ...) here, one <policy>.jsonl each")
 	f.StringVar(&o.LogDir, "log-dir", "", "keep every process's log here; default a temporary directory, removed after a clean run")
+	f.BoolVar(&pd, "pd", false, "compare serving modes (aggregated, disaggregated, conditional) instead of routing policies")
+	f.StringVar(&pdFlavor, "pd-flavor", "vllm", "--pd: engines imitated, vllm or sglang")
+	f.IntVar(&pdThreshold, "pd-local-prefill-tokens", 0, "--pd: the conditional mode's threshold (serve --pd-local-prefill-tokens); 0 takes serve's default")
 	f.BoolVar(&verbose, "verbose", false, "log the cluster's start and stop")
 	return cmd
 }

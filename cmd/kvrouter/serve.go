@@ -91,11 +91,30 @@ Workers come from two places:
                         only): give it when the engine's runners report each TP
                         rank's shard apart (topic <topic>|kvcr-tp<rank>); a block
                         counts as the rank's runner's only while every shard holds it
-  type=aggregated|prefill|decode   the worker reads kv.fetch hints as this type
+  type=aggregated|prefill|decode   the worker's role (and its type for kv.fetch
+                        hints): prefill and decode workers serve one leg each of
+                        disaggregated requests
+  bootstrap_port=N      an SGLang prefill worker's disaggregation_bootstrap_port
+                        (default 8998)
   id=ID                 default: the url's host:port
   model=M               default: what its /v1/models answers (retried until it does)
   engine=vllm|sglang    default vllm; decides where hints and the DP rank go
   hint=vllm|vllm-old|sglang|sglang-old   override the hint placement
+
+A model with prefill and decode workers (type=, or the role a state agent
+read from SGLang's disaggregation_mode, vLLM's kv_role or Dynamo's
+worker_type) is served disaggregated, in each engine's protocol: vLLM's
+prefill leg (kv_transfer_params do_remote_decode, max_tokens 1) then the
+decode leg with the prefill's answer; SGLang's two legs at once with
+bootstrap_host, bootstrap_port and bootstrap_room. The decode worker is chosen
+by its decode load and what it holds of the prompt, the prefill worker by the
+usual cost, and the hint goes to the prefill leg. A vLLM decode worker that
+would compute fewer than --pd-local-prefill-tokens prompt tokens itself (or
+holds --pd-local-prefill-fraction of the prompt) runs the request alone. A
+failed prefill leg is tried on another prefill worker, then the request runs
+whole on the decode worker (vLLM) or an aggregated worker (SGLang). Clients'
+kv_transfer_params and bootstrap fields are dropped: the router owns
+disaggregation.
 
 Workers that die are marked down: at once when one refuses a connection, or
 after --health-down-after failed probes of its GET /health (every
@@ -195,6 +214,9 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.DurationVar(&o.HealthTimeout, "health-timeout", o.HealthTimeout, "a health probe not answered within this fails")
 	f.IntVar(&o.HealthDownAfter, "health-down-after", o.HealthDownAfter, "failed health probes in a row that mark a worker down (a refused connection marks it at once)")
 	f.BoolVar(&o.RetryReset, "retry-reset", o.RetryReset, "send a request whose connection to a worker broke before any byte of the answer to another worker, once")
+	f.IntVar(&o.PD.LocalPrefillTokens, "pd-local-prefill-tokens", o.PD.LocalPrefillTokens, "disaggregated serving: skip the prefill leg when the (vLLM) decode worker would compute fewer prompt tokens than this itself (the default is measured in docs/benchmarks.md); 0 never skips on this ground")
+	f.Float64Var(&o.PD.LocalPrefillFraction, "pd-local-prefill-fraction", o.PD.LocalPrefillFraction, "disaggregated serving: skip the prefill leg when the (vLLM) decode worker holds at least this fraction of the prompt; 0 never skips on this ground")
+	f.Float64Var(&o.PD.DecodePrefillScale, "pd-decode-prefill-scale", o.PD.DecodePrefillScale, "disaggregated serving: weight of the prompt blocks a decode worker lacks (it pulls them) against its decode load, as a fraction of --prefill-load-scale")
 	f.DurationVar(&o.BodyTimeout, "body-timeout", o.BodyTimeout, "a client must send its whole request body within this once the head is read, else 408")
 	f.Int64Var(&o.MaxBodyMemory, "max-body-memory", o.MaxBodyMemory, "bytes of request bodies held at once (buffers grow as bytes arrive); a body past it gets a 503 with Retry-After (kvrouter_requests_refused_total{reason=\"body_busy\"})")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")

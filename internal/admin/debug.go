@@ -94,6 +94,33 @@ type routeJSON struct {
 	OverlapBlocks int              `json:"overlap_blocks"`
 	TokenizeUS    float64          `json:"tokenize_us"`
 	DecideUS      float64          `json:"decide_us"`
+	// Disaggregated is set for a model served in two legs: the fields
+	// above are then the decode leg's (where the answer comes from).
+	Disaggregated *pdJSON `json:"disaggregated,omitempty"`
+}
+
+// pdJSON is a disaggregated request's plan.
+type pdJSON struct {
+	// Prefill is the prefill leg, hint and all; null when it is skipped.
+	Prefill *legJSON `json:"prefill"`
+	Decode  legJSON  `json:"decode"`
+	// SkipPrefill: the decode worker runs the request alone, for
+	// SkipReason. WouldSkip is the reason it would, were its engine able
+	// to (an SGLang decode server is not).
+	SkipPrefill    bool   `json:"skip_prefill"`
+	SkipReason     string `json:"skip_reason"`
+	WouldSkip      string `json:"would_skip_reason"`
+	DecodeUncached int    `json:"decode_uncached_tokens"`
+}
+
+type legJSON struct {
+	Target        targetJSON        `json:"target"`
+	Engine        string            `json:"engine"`
+	OverlapBlocks int               `json:"overlap_blocks"`
+	Candidates    []candidateJSON   `json:"candidates,omitempty"`
+	Hint          json.RawMessage   `json:"hint,omitempty"`
+	Placement     string            `json:"placement,omitempty"`
+	HintDecision  *hintDecisionJSON `json:"hint_decision,omitempty"`
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -109,7 +136,6 @@ func (v *Views) debugRoute(w http.ResponseWriter, r *http.Request) {
 	out := routeJSON{
 		Model:         d.Model,
 		Target:        targetJSON{d.Target.Worker.ID, d.Target.Rank},
-		Candidates:    make([]candidateJSON, len(d.Candidates)),
 		Placement:     d.Target.Worker.Placement.String(),
 		HintDecision:  hintDecisionOf(d.HintDecision),
 		Tokens:        d.Tokens,
@@ -119,14 +145,37 @@ func (v *Views) debugRoute(w http.ResponseWriter, r *http.Request) {
 		DecideUS:      us(e.Decide),
 		Hint:          json.RawMessage("null"),
 	}
-	for i, c := range d.Candidates {
-		out.Candidates[i] = candidateJSON{c.Worker, c.Rank, c.OverlapBlocks, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap,
-			c.AdjustedPrefill, c.PotentialDecodeBlocks, c.ActiveRequests, c.Cost}
-	}
+	out.Candidates = candidatesOf(d)
 	if d.HintDecision.Hinted() {
 		out.Hint = hintJSON(d.Target.Worker.Placement, e.RequestID, d.Hint)
 	}
+	if pl := e.Plan; pl != nil && pl.Disaggregated {
+		pd := &pdJSON{
+			Decode:      legJSON{Target: out.Target, Engine: d.Target.Worker.Engine, OverlapBlocks: d.Overlap},
+			SkipPrefill: pl.Skip != router.SkipNone, SkipReason: pl.Skip.String(), WouldSkip: pl.WouldSkip.String(),
+			DecodeUncached: pl.DecodeUncached,
+		}
+		if p := pl.Prefill; p != nil {
+			hd := hintDecisionOf(p.HintDecision)
+			pd.Prefill = &legJSON{Target: targetJSON{p.Target.Worker.ID, p.Target.Rank}, Engine: p.Target.Worker.Engine,
+				OverlapBlocks: p.Overlap, Candidates: candidatesOf(p), Hint: json.RawMessage("null"),
+				Placement: p.Target.Worker.Placement.String(), HintDecision: &hd}
+			if p.HintDecision.Hinted() {
+				pd.Prefill.Hint = hintJSON(p.Target.Worker.Placement, e.RequestID, p.Hint)
+			}
+		}
+		out.Disaggregated = pd
+	}
 	frontdoor.WriteJSON(w, http.StatusOK, out)
+}
+
+func candidatesOf(d *router.Decision) []candidateJSON {
+	out := make([]candidateJSON, len(d.Candidates))
+	for i, c := range d.Candidates {
+		out[i] = candidateJSON{c.Worker, c.Rank, c.OverlapBlocks, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap,
+			c.AdjustedPrefill, c.PotentialDecodeBlocks, c.ActiveRequests, c.Cost}
+	}
+	return out
 }
 
 // hintJSON is the hint exactly as it would be placed in the body.

@@ -12,6 +12,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
+	"kvrouter/internal/workerconfig"
 )
 
 // errWorkerFlag marks a --worker value that does not parse.
@@ -39,6 +40,9 @@ type WorkerSpec struct {
 	model      string           // "" asks the worker's /v1/models
 	engine     string
 	placement  *hints.Placement // hint= override
+	// bootstrapPort is an SGLang prefill engine's
+	// disaggregation_bootstrap_port (bootstrap_port=, default SGLang's).
+	bootstrapPort int
 }
 
 // Keys of a --worker value.
@@ -55,11 +59,13 @@ const (
 	wkModel     = "model"
 	wkEngine    = "engine"
 	wkHint      = "hint"
+	wkBootstrap = "bootstrap_port"
 )
 
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
 // [,snapshot=...][,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M]
-// [,engine=E][,hint=P].
+// [,engine=E][,hint=P][,bootstrap_port=N]. type=prefill or decode makes the
+// engine serve one leg of disaggregated requests (engine= says which protocol).
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	spec := WorkerSpec{blockSize: DefaultBlockSize, dp: 1, tp: 1, engine: router.EngineVLLM}
 	seen := map[string]bool{}
@@ -103,8 +109,12 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			var p hints.Placement
 			p, err = parsePlacement(v)
 			spec.placement = &p
+		case wkBootstrap:
+			if spec.bootstrapPort, err = positive(v); err == nil && spec.bootstrapPort > 65535 {
+				err = fmt.Errorf("%q: want a port in 1..65535", v)
+			}
 		default:
-			err = fmt.Errorf("unknown key; known: url, events, replay, snapshot, block_size, dp, tp, type, id, model, engine, hint")
+			err = fmt.Errorf("unknown key; known: url, events, replay, snapshot, block_size, dp, tp, type, id, model, engine, hint, bootstrap_port")
 		}
 		if err != nil {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
@@ -125,6 +135,13 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	}
 	if spec.snapshot != "" && (spec.events == "" || spec.engine != router.EngineSGLang) {
 		return WorkerSpec{}, fmt.Errorf("%w %q: snapshot (SGLang's snapshot_endpoint) needs events and engine=sglang", errWorkerFlag, s)
+	}
+	if spec.bootstrapPort != 0 && (spec.engine != router.EngineSGLang || spec.workerType != hints.TypePrefill) {
+		return WorkerSpec{}, fmt.Errorf("%w %q: bootstrap_port: only an SGLang prefill engine (engine=sglang,type=prefill) runs a bootstrap server",
+			errWorkerFlag, s)
+	}
+	if spec.engine == router.EngineSGLang && spec.workerType == hints.TypePrefill && spec.bootstrapPort == 0 {
+		spec.bootstrapPort = workerconfig.DefaultSGLangBootstrapPort
 	}
 	if spec.tp > 1 && spec.engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
@@ -180,6 +197,7 @@ func (s WorkerSpec) worker(model string, events bool) router.Worker {
 		// The operator vouches that the engine reads hints.
 		w.Capability = hints.Capability{CanConsume: true, Type: s.workerType}
 	}
+	w.Role, w.BootstrapPort = s.workerType, s.bootstrapPort
 	if events {
 		w.Mode = router.ModeEvents
 		// Runner-owned blocks an engine reports need an owner to belong

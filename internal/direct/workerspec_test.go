@@ -21,6 +21,13 @@ func TestParseWorkerSpec(t *testing.T) {
 		{in: "url=http://h:1/,events=tcp://h:5557,replay=tcp://h:5558,block_size=64,dp=2,tp=4,type=decode,id=w1,model=m,engine=sglang,hint=sglang-old",
 			want: WorkerSpec{ID: "w1", url: "http://h:1", events: "tcp://h:5557", replay: "tcp://h:5558", blockSize: 64, dp: 2, tp: 4,
 				workerType: hints.TypeDecode, model: "m", engine: "sglang", placement: &sg}},
+		{in: "url=http://h:1,engine=sglang,type=prefill",
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 1, tp: 1, workerType: hints.TypePrefill, engine: "sglang", bootstrapPort: 8998}},
+		{in: "url=http://h:1,engine=sglang,type=prefill,bootstrap_port=9100",
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 1, tp: 1, workerType: hints.TypePrefill, engine: "sglang", bootstrapPort: 9100}},
+		{in: "url=http://h:1,type=prefill,bootstrap_port=9100", err: "only an SGLang prefill engine"},
+		{in: "url=http://h:1,engine=sglang,type=decode,bootstrap_port=9100", err: "only an SGLang prefill engine"},
+		{in: "url=http://h:1,engine=sglang,type=prefill,bootstrap_port=70000", err: "bootstrap_port"},
 		{in: "events=tcp://h:1", err: "url: want http://HOST:PORT"},
 		{in: "url=ftp://h:1", err: "url: want"},
 		{in: "url=http://h:1,events=tcp://*:5557", err: "events=tcp://*:5557: the engine binds there"},
@@ -65,5 +72,9 @@ func TestParseWorkerSpec(t *testing.T) {
 	}
 	if w := s.worker("m", false); w.Mode != router.ModeApproximate || w.Owners != nil {
 		t.Fatalf("approximate worker %+v", w)
+	}
+	s, _ = ParseWorkerSpec("url=http://h:1,engine=sglang,type=prefill")
+	if w := s.worker("m", false); w.Role != hints.TypePrefill || w.BootstrapPort != 8998 {
+		t.Fatalf("prefill worker %+v", w)
 	}
 }

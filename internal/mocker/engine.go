@@ -31,6 +31,7 @@ type Engine struct {
 	vocab   *vocab
 	ranks   []*rank
 	metrics *metrics
+	pd      *disagg
 	nonce   string
 	reqSeq  atomic.Uint64
 
@@ -93,6 +94,10 @@ func Start(cfg Config) (*Engine, error) {
 	e.metrics = newMetrics(e)
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	e.pd = newDisagg(e, ctx)
+	if err := e.pd.start(); err != nil {
+		return nil, err
+	}
 	for _, r := range e.ranks {
 		e.wg.Add(1)
 		go func() {
@@ -115,7 +120,7 @@ func Start(cfg Config) (*Engine, error) {
 		}
 	}()
 	ok = true
-	e.log.Info("mocker serving", "flavor", cfg.Flavor, "http", e.ln.Addr().String(), "dp", cfg.DP, "tp", cfg.TP,
+	e.log.Info("mocker serving", "flavor", cfg.Flavor, "role", cfg.Role, "http", e.ln.Addr().String(), "dp", cfg.DP, "tp", cfg.TP,
 		"block_size", cfg.BlockSize, "control_port", cfg.ControlPort, "events", cfg.EventsEndpoint)
 	return e, nil
 }
@@ -257,6 +262,9 @@ func (e *Engine) shutdown() {
 			_ = e.srv.Close()
 		} else if e.ln != nil {
 			e.ln.Close()
+		}
+		if e.pd != nil {
+			e.pd.close()
 		}
 		for _, r := range e.ranks {
 			r.tier.close()

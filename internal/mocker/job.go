@@ -19,7 +19,8 @@ type job struct {
 	seq    *Seq
 	rank   *rank
 	pull   pull
-	source string // the hint's source, set when a block came from it
+	source string    // the hint's or prefill's source, set when a block came from it
+	kv     *transfer // the request's part in a disaggregated hand-over
 
 	mu     sync.Mutex
 	toks   []uint32
@@ -128,6 +129,9 @@ type request struct {
 	salt      string
 	dpRank    *int
 	hint      []byte // raw hint JSON as found in the body, nil when none
+	// kv is the request's part in a disaggregated hand-over; nil for a
+	// whole request.
+	kv *transfer
 }
 
 // start places req on a rank, pulls what its hint names, and queues it.
@@ -146,11 +150,22 @@ func (e *Engine) start(ctx context.Context, req request) (*job, error) {
 		Salt:      req.salt,
 		MaxTokens: req.maxTokens,
 	}
-	j := &job{seq: seq, rank: r, notify: make(chan struct{}, 1)}
+	j := &job{seq: seq, rank: r, notify: make(chan struct{}, 1), kv: req.kv}
 	r.cat.pin(seq, e.cfg.BlockSize)
-	if req.hint != nil {
+	seq.Export = req.kv != nil && req.kv.export
+	switch {
+	case req.kv != nil && !req.kv.export:
+		// A decode leg pulls from its prefill engine; a hint would name
+		// another source for the same blocks.
+		if err := e.receive(ctx, j, req.kv); err != nil {
+			r.mu.Lock()
+			j.end()
+			r.mu.Unlock()
+			return nil, err
+		}
+	case req.hint != nil:
 		e.applyHint(ctx, j, req.hint)
-	} else {
+	default:
 		e.metrics.hint(outcomeNone)
 	}
 	if err := r.submit(j); err != nil {
@@ -175,9 +190,17 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 	for _, w := range parsed.Warnings {
 		e.log.Debug("hint accepted with a warning", "request", j.seq.ID, "warning", w)
 	}
+	e.metrics.hint(e.pullPeer(ctx, j, parsed.Hint.Endpoint, parsed.Hint.BlockHashes))
+}
+
+// pullPeer pulls the named blocks beyond what j's rank holds itself (the
+// run of them that continues its prefix) from the peer runner at source,
+// and says how it went: local, restored, partial or failed. Whatever fails
+// is recomputed.
+func (e *Engine) pullPeer(ctx context.Context, j *job, source string, keys []uint64) string {
 	r, seq := j.rank, j.seq
-	hinted := make(map[uint64]bool, len(parsed.Hint.BlockHashes))
-	for _, k := range parsed.Hint.BlockHashes {
+	hinted := make(map[uint64]bool, len(keys))
+	for _, k := range keys {
 		hinted[k] = true
 	}
 	r.mu.Lock()
@@ -192,8 +215,7 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 		want = append(want, k)
 	}
 	if len(want) == 0 {
-		e.metrics.hint(outcomeLocal)
-		return
+		return outcomeLocal
 	}
 	// The histogram measures the pull as the request sees it: the
 	// simulated setup (wall time = simulated / Speedup) then the real
@@ -203,31 +225,29 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 		// Cancelled during the setup: nothing pulled, all recomputed (if
 		// the request still runs at all).
 		e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
-		e.metrics.hint(outcomeFailed)
-		return
+		return outcomeFailed
 	}
-	p := r.tier.fetch(ctx, seq.ID, parsed.Hint.Endpoint, want)
+	p := r.tier.fetch(ctx, seq.ID, source, want)
 	e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
 	j.pull = p
 	if len(p.keys) > 0 {
-		j.source = parsed.Hint.Endpoint
+		j.source = source
 		seq.PeerKeys = make(map[uint64]bool, len(p.keys))
 		for _, k := range p.keys {
 			seq.PeerKeys[k] = true
 		}
 	}
-	switch {
-	case len(p.keys) == len(want):
-		e.metrics.hint(outcomeRestored)
-	case len(p.keys) > 0:
-		e.metrics.hint(outcomePartial)
-	default:
-		e.metrics.hint(outcomeFailed)
-	}
 	if p.err != nil {
 		e.log.Debug("peer pull incomplete; recomputing the rest", "request", seq.ID,
-			"source", parsed.Hint.Endpoint, "pulled", len(p.keys), "wanted", len(want), "err", p.err)
+			"source", source, "pulled", len(p.keys), "wanted", len(want), "err", p.err)
 	}
+	switch {
+	case len(p.keys) == len(want):
+		return outcomeRestored
+	case len(p.keys) > 0:
+		return outcomePartial
+	}
+	return outcomeFailed
 }
 
 // pullSetup waits out the simulated fixed cost of a peer pull on the

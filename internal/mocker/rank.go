@@ -59,7 +59,7 @@ func newRank(id int, cfg *Config, v *vocab) *rank {
 	sc := schedConfig{
 		BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens,
 		PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken, RestorePerToken: cfg.RestorePerToken,
-		ModelSeed: cfg.ModelSeed,
+		ModelSeed: cfg.ModelSeed, NoPrefixCache: cfg.Flavor == SGLang && cfg.Role == RoleDecode,
 	}
 	r.sched = newScheduler(sc, cfg.GPUBlocks, cfg.blockBytes(), r.tier, v)
 	return r

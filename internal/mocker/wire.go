@@ -19,6 +19,7 @@ const (
 	pathAdminEvict    = "/admin/evict"
 	pathAdminReset    = "/admin/reset"
 	headerDPRank      = "X-Kvrouter-Dp-Rank"
+	headerVLLMDPRank  = "X-Data-Parallel-Rank" // vLLM's, engine-local
 	headerContentType = "Content-Type"
 	contentJSON       = "application/json"
 	contentSSE        = "text/event-stream"
@@ -71,6 +72,8 @@ const (
 	sglVersion        = "version"
 	sglDisaggNull     = "null"
 	sglStatusReady    = "ready"
+	// SGLang decode servers run without a radix cache unless told.
+	sglDecodeRadixCache = "disaggregation_decode_enable_radix_cache"
 
 	kvcrBackend = "kvcr"
 )

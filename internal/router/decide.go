@@ -30,6 +30,22 @@ type Request struct {
 	Target string
 	// Explain fills Decision.Candidates, for operators.
 	Explain bool
+	// Leg restricts the choice to the workers that can serve it (LegAny:
+	// every worker). A forced Target is taken whatever its role.
+	Leg Leg
+	// Engine, when set, restricts the choice to workers of that engine: a
+	// prefill leg speaks its decode worker's protocol.
+	Engine string
+
+	// weights, when set, price this decision instead of Config.Weights
+	// (a decode leg's, see Plan).
+	weights *cost.Weights
+}
+
+// filtered reports whether the request leaves some workers out, so that
+// the model's cached shape does not describe its choice.
+func (req *Request) filtered() bool {
+	return req.Target != "" || len(req.Exclude) > 0 || req.Leg != LegAny || req.Engine != ""
 }
 
 // Candidate is one (worker, dp_rank) as the decision priced it. Overlaps
@@ -177,10 +193,11 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	anyDown := r.down.Load() > 0 && req.Target == ""
 	included := func(e *entry) bool {
 		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID) &&
-			!(anyDown && e.down.Load())
+			!(anyDown && e.down.Load()) && (req.Target != "" || req.Leg.admits(&e.w)) &&
+			(req.Engine == "" || e.w.Engine == req.Engine)
 	}
 	sh, ok := r.shapes[req.Model]
-	if !ok || req.Target != "" || len(req.Exclude) > 0 || anyDown {
+	if !ok || req.filtered() || anyDown {
 		sh = shapeOf(ents, included)
 	}
 	bs, mixed, ranks := sh.bs, sh.mixed, sh.ranks
@@ -199,7 +216,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		if e == nil { // a worker went down since the shape was taken
 			return nil, r.noneLeft(req, ents)
 		}
-		t = r.cfg.Weights.Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
+		t = r.weightsFor(&req).Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
 	} else {
 		for _, e := range ents {
 			if !included(e) {
@@ -220,7 +237,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		scored, of = ld.scored[:0], ld.of
 		for _, g := range groups {
 			base := len(scored)
-			scored = cost.AppendScores(scored, r.cfg.Weights, len(g.local), g.bs, g.cands)
+			scored = cost.AppendScores(scored, *r.weightsFor(&req), len(g.local), g.bs, g.cands)
 			s := scored[base:]
 			if g.bs != minBS {
 				scale := float64(g.bs) / float64(minBS)

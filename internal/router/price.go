@@ -81,8 +81,8 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 		return e, i
 	}
 	b := best{ties: ld.ties[:0]}
-	filtered := req.Target != "" || len(req.Exclude) > 0 || r.down.Load() > 0
-	w := &r.cfg.Weights
+	filtered := req.filtered() || r.down.Load() > 0
+	w := r.weightsFor(&req)
 	var c cost.Candidate
 	for _, e := range ents {
 		if filtered && !included(e) {
@@ -125,7 +125,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		// Most ranks are warm: walking them all in order is cheaper.
 		return nil, 0, false
 	}
-	w := &r.cfg.Weights
+	w := r.weightsFor(&req)
 	blocks := len(g.local)
 	cold := w.Cost(blocks, g.bs, &cost.Candidate{})
 	if len(ld.mark) < len(r.slotSrc) {
@@ -135,7 +135,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		clear(ld.mark)
 		ld.gen = 1
 	}
-	filtered := req.Target != "" || len(req.Exclude) > 0 || r.down.Load() > 0
+	filtered := req.filtered() || r.down.Load() > 0
 	b := best{ties: ld.ties[:0]}
 	var c cost.Candidate
 	price := func(h tie) {

@@ -113,6 +113,8 @@ type Options struct {
 	// RetryReset sends a request whose connection to a worker broke before
 	// any byte of the answer to another worker, once.
 	RetryReset bool
+	// PD configures disaggregated serving (--pd-*).
+	PD router.PDConfig
 	// BodyTimeout bounds the time a client takes to send a request body;
 	// MaxBodyMemory bounds the bytes of the bodies held at once.
 	BodyTimeout   time.Duration
@@ -152,7 +154,7 @@ func Defaults() Options {
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
-		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory,
+		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory, PD: router.DefaultPD(),
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 		ContextEvery: contextlen.DefaultEvery,
 	}
@@ -214,6 +216,9 @@ func (o *Options) check() error {
 	}
 	if o.HealthDownAfter < 1 {
 		return fmt.Errorf("%w: --health-down-after %d must be at least 1", errOptions, o.HealthDownAfter)
+	}
+	if err := o.PD.Check(); err != nil {
+		return fmt.Errorf("%w: %v", errOptions, err)
 	}
 	if o.BodyTimeout <= 0 {
 		return fmt.Errorf("%w: --body-timeout %v must be positive", errOptions, o.BodyTimeout)
@@ -402,7 +407,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
 	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset,
-		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory}
+		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory, PD: o.PD}
 	var contexts *contextlen.Poller
 	if o.ContextEvery > 0 {
 		contexts = &contextlen.Poller{Router: r, Client: client, Every: o.ContextEvery, Log: o.Log}
