@@ -45,6 +45,14 @@ type Estimate struct {
 	// Measured says which rates came from telemetry rather than defaults.
 	MeasuredBandwidth bool
 	MeasuredPrefill   bool
+
+	// Learned policy only: the pull's fixed cost, the share of the pair's
+	// pulls that came up short, and the decayed sample weights behind the
+	// pull and recompute estimates (0: the fleet's or the prior).
+	Setup          time.Duration
+	ShortShare     float64
+	PullSamples    float64
+	PrefillSamples float64
 }
 
 // Policy names as reported in Estimate.Policy.
