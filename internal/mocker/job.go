@@ -18,6 +18,8 @@ type job struct {
 	rank   *rank
 	pull   pull
 	source string // the hint's source, set when a block came from it
+	// report is what the hint's pull cost, set when it was attempted.
+	report *pullUsage
 
 	mu     sync.Mutex
 	toks   []uint32
@@ -93,10 +95,29 @@ type promptDetails struct {
 }
 
 type kvrUsage struct {
-	PeerRestoredTokens int     `json:"peer_restored_tokens"`
-	LocalCachedTokens  int     `json:"local_cached_tokens"`
-	SourceEndpoint     *string `json:"source_endpoint"`
-	DPRank             int     `json:"dp_rank"`
+	PeerRestoredTokens int        `json:"peer_restored_tokens"`
+	LocalCachedTokens  int        `json:"local_cached_tokens"`
+	SourceEndpoint     *string    `json:"source_endpoint"`
+	DPRank             int        `json:"dp_rank"`
+	Pull               *pullUsage `json:"pull,omitempty"`
+}
+
+// pullUsage is what a hint's pull cost (docs/wire.md §6.7): the blocks it
+// wanted beyond the rank's own prefix, those that came (a leading run), their
+// bytes across every TP shard, and the wall time from the pull's start to its
+// last block, setup included.
+type pullUsage struct {
+	SourceEndpoint string  `json:"source_endpoint"`
+	WantedBlocks   int     `json:"wanted_blocks"`
+	PulledBlocks   int     `json:"pulled_blocks"`
+	PulledTokens   int     `json:"pulled_tokens"`
+	Bytes          int64   `json:"bytes"`
+	Seconds        float64 `json:"seconds"`
+	Short          bool    `json:"short"`
+	// ForeignBlocks counts hinted blocks that are not in the request's own
+	// chain: a hint naming them is wrong (another tenant's, another
+	// prompt's), and they are never pulled.
+	ForeignBlocks int `json:"foreign_blocks"`
 }
 
 // usage is read once the sequence has finished prefill.
@@ -116,6 +137,7 @@ func (j *job) usage(completion int) usage {
 		src := j.source
 		u.KVRouter.SourceEndpoint = &src
 	}
+	u.KVRouter.Pull = j.report
 	return u
 }
 
@@ -178,6 +200,16 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 	for _, k := range parsed.Hint.BlockHashes {
 		hinted[k] = true
 	}
+	own := make(map[uint64]bool, len(seq.Keys))
+	for _, k := range seq.Keys {
+		own[k] = true
+	}
+	foreign := 0
+	for k := range hinted {
+		if !own[k] {
+			foreign++
+		}
+	}
 	r.mu.Lock()
 	limit := r.sched.cacheable(seq)
 	gpu, lower := r.sched.LocalPrefix(seq.Keys, limit)
@@ -190,6 +222,9 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 		want = append(want, k)
 	}
 	if len(want) == 0 {
+		if foreign > 0 {
+			j.report = &pullUsage{SourceEndpoint: parsed.Hint.Endpoint, ForeignBlocks: foreign}
+		}
 		e.metrics.hint(outcomeLocal)
 		return
 	}
@@ -197,15 +232,21 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 	// simulated setup (wall time = simulated / Speedup) then the real
 	// transfer.
 	start := time.Now()
+	j.report = &pullUsage{SourceEndpoint: parsed.Hint.Endpoint, WantedBlocks: len(want), Short: true, ForeignBlocks: foreign}
 	if !e.pullSetup(ctx) {
 		// Cancelled during the setup: nothing pulled, all recomputed (if
 		// the request still runs at all).
-		e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
+		j.report.Seconds = time.Since(start).Seconds()
+		e.metrics.pullSeconds.Observe(j.report.Seconds)
 		e.metrics.hint(outcomeFailed)
 		return
 	}
 	p := r.tier.fetch(ctx, seq.ID, parsed.Hint.Endpoint, want)
-	e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
+	j.report.Seconds = time.Since(start).Seconds()
+	e.metrics.pullSeconds.Observe(j.report.Seconds)
+	j.report.PulledBlocks, j.report.Short = len(p.keys), len(p.keys) < len(want)
+	j.report.PulledTokens = len(p.keys) * e.cfg.BlockSize
+	j.report.Bytes = int64(len(p.keys)) * int64(e.cfg.blockBytes())
 	j.pull = p
 	if len(p.keys) > 0 {
 		j.source = parsed.Hint.Endpoint
@@ -231,7 +272,7 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 // pullSetup waits out the simulated fixed cost of a peer pull on the
 // engine's clock; false when ctx ended first.
 func (e *Engine) pullSetup(ctx context.Context) bool {
-	d := time.Duration(float64(e.cfg.PullSetup) / e.cfg.Speedup)
+	d := time.Duration(float64(e.pullSetupNS.Load()) / e.cfg.Speedup)
 	if d <= 0 {
 		return true
 	}

@@ -16,6 +16,7 @@ const (
 	pathEngineArgs    = "/kvrouter/engine_args" // vLLM flavour
 	pathAdminEvict    = "/admin/evict"
 	pathAdminReset    = "/admin/reset"
+	pathAdminPull     = "/admin/pull"
 	headerDPRank      = "X-Kvrouter-Dp-Rank"
 	headerContentType = "Content-Type"
 	contentJSON       = "application/json"
