@@ -355,7 +355,7 @@ func TestPullReport(t *testing.T) {
 	const speedup = 100
 	a := startEngine(t, func(c *Config) { c.Speedup = speedup })
 	b := startEngine(t, func(c *Config) { c.Speedup, c.PullSetup = speedup, 2*time.Second }) // 20 ms of wall time
-	for i, setupMS := range []float64{0, 30000} { // the second: 300 ms of wall time
+	for i, setupMS := range []float64{0, 30000} {                                            // the second: 300 ms of wall time
 		if setupMS > 0 {
 			var k pullKnobs
 			post(t, b.URL()+pathAdminPull, map[string]any{"setup_ms": setupMS}, &k)
