@@ -64,7 +64,7 @@ func TestServeHelp(t *testing.T) {
 	}
 	for _, flag := range []string{"listen", "nats", "nats-listen", "discovery-bucket", "lease", "worker", "events-bind", "tokenizer",
 		"tokenize-cache", "chat-template", "tokenizer-config", "temperature", "overlap-credit", "host-credit", "disk-credit",
-		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-bandwidth-gbps", "hint-setup-ms",
+		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-margin", "hint-bandwidth-gbps", "hint-setup-ms",
 		"hint-prefill-tokens-per-s", "kv-bytes-per-token", "approx-ttl", "detached-owner-ttl", "engine-metrics-interval",
 		"allow-target-override", "max-blocks", "replica", "log-level"} {
 		if !strings.Contains(out.String(), "--"+flag+" ") {

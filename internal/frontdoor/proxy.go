@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
@@ -137,6 +138,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	// generation ends, and requests sharing the prefix come meanwhile.
 	s.Router.Commit(d, s.Now())
 
+	start := s.Now()
 	resp, err := s.Upstream.Do(r.Context(), &upstream.Request{URL: t.Worker.URL, Path: upstreamPath(p.kind), Header: h, Body: body})
 	if s.Trace != nil && err == nil {
 		s.Trace(Timing{Added: resp.Sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
@@ -155,7 +157,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	s.countDecision(d)
 
 	hinted := strconv.FormatBool(d.HintDecision.Hinted())
+	var first time.Time // the first token's arrival, when streamed
 	report := func(u *usage) {
+		s.learn(d, u, first.Sub(start))
 		if u.Details != nil {
 			s.Metrics.cachedTokens.WithLabelValues(hinted).Add(float64(u.Details.CachedTokens))
 		}
@@ -175,7 +179,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		w.WriteHeader(resp.StatusCode)
-		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { s.Load.Prefilled(loadID) }, report)
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { first = s.Now(); s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
 		b, err = readAll(nil, io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
@@ -241,7 +245,9 @@ type promptDetails struct {
 }
 
 type kvrouterDetails struct {
-	PeerRestoredTokens int `json:"peer_restored_tokens"`
+	PeerRestoredTokens int         `json:"peer_restored_tokens"`
+	LocalCachedTokens  *int        `json:"local_cached_tokens"`
+	Pull               *pullReport `json:"pull"`
 }
 
 // responseUsage returns the usage of a non-streamed answer, nil when it
@@ -293,15 +299,16 @@ func readUsage(raw []byte) (*usage, bool) {
 		return n, true, ok
 	}
 	cached, setCached, ok1 := nested("prompt_tokens_details", "cached_tokens")
-	restored, setRestored, ok2 := nested("kvrouter", "peer_restored_tokens")
-	if !ok1 || !ok2 {
+	if !ok1 {
 		return nil, false
 	}
 	if setCached {
 		u.Details = &promptDetails{cached}
 	}
-	if setRestored {
-		u.KVRouter = &kvrouterDetails{restored}
+	if v := lastMember(ms, "kvrouter"); v != nil && !isNull(v) {
+		if u.KVRouter, ok = readKVRouter(v); !ok {
+			return nil, false
+		}
 	}
 	return u, true
 }

@@ -50,6 +50,9 @@ type Server struct {
 	// Trace, when set, gets the timing of every request sent to a worker;
 	// benchmarks read the router's own share of the latency from it.
 	Trace func(Timing)
+	// Learn, when set, learns pull and recompute costs from the answers'
+	// usage (learn.go).
+	Learn *hints.Learner
 
 	seq atomic.Uint64
 
