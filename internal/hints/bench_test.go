@@ -43,7 +43,7 @@ func benchRequest(nCand, depth int, ascending bool) Request {
 		case i == nCand/2:
 			d = depth
 		}
-		cands[i] = Candidate{Source: s, Depth: d, Chain: c[:d]}
+		cands[i] = Candidate{Source: s, Depth: d, Chain: c[:d], SaltKnown: true}
 	}
 	t := index.Source{Worker: "target"}
 	return Request{Target: t, TargetMeta: Meta{CanConsume: true, Type: TypeAggregated, Ready: true},

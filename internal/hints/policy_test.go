@@ -72,7 +72,7 @@ func TestPolicyBehaviour(t *testing.T) {
 				}
 				metas := fleet()
 				req := Request{Target: target, TargetMeta: metas[target], PrefixToBeat: 1, Chain: chain(300),
-					Candidates: []Candidate{{Source: w2, Depth: 1 + n, Chain: chain(300)[:1+n]}},
+					Candidates: []Candidate{{Source: w2, Depth: 1 + n, Chain: chain(300)[:1+n], SaltKnown: true}},
 					Meta:       func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
 				h, d := Select(req, p)
 				want := n >= worthFrom

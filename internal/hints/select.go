@@ -39,12 +39,16 @@ type Candidate struct {
 	Suffix *Run
 	// HashConflict: the source's engine hashes disagree with the target's,
 	// so the target could not look the pulled blocks up.
-	//
-	// A candidate carries no cache salt to compare with the request's: the
-	// salt is part of a block's identity (kvhash.SeedFor seeds the local
-	// hashes with it), so the index matches a request only against blocks
-	// stored under the request's own salt.
 	HashConflict bool
+	// SaltKnown: every block the source holds was stored with its cache
+	// salt known (index.Index.SaltKnown). The salt is part of a block's
+	// identity (kvhash.SeedFor seeds the local hashes with it), so a match
+	// is under the request's own salt only if the source reported its
+	// salts; a source that stored blocks of unknown salt (a runner whose
+	// stores lack vLLM's extra_keys) may hold another tenant's prefix
+	// under an identity that looks unsalted, and is never a source. The
+	// zero value fails closed.
+	SaltKnown bool
 }
 
 // Request is the input to Select once the target is chosen.
@@ -78,6 +82,7 @@ const (
 	ReasonSourceNotCapable        // ... lacks router_hint or an endpoint, or is unknown
 	ReasonNotReady                // ... has an event stream still catching up
 	ReasonConflict                // ... has engine hashes that disagree with the target's
+	ReasonSaltUnknown             // ... holds blocks whose cache salt is not known
 	ReasonHole                    // ... holds a run that does not join the target's prefix
 	// From here on a winner was chosen, then refused.
 	ReasonChainTruncated  // the winner's depth exceeds its retained chain
@@ -97,6 +102,7 @@ var reasonNames = [...]string{
 	ReasonSourceNotCapable: "source_not_capable",
 	ReasonNotReady:         "not_ready",
 	ReasonConflict:         "conflict",
+	ReasonSaltUnknown:      "salt_unknown",
 	ReasonHole:             "hole",
 	ReasonChainTruncated:   "chain_truncated",
 	ReasonChainMismatch:    "chain_mismatch",
@@ -252,6 +258,9 @@ func eligible(req Request, c *Candidate) Reason {
 	}
 	if c.HashConflict {
 		return ReasonConflict
+	}
+	if !c.SaltKnown {
+		return ReasonSaltUnknown
 	}
 	if req.Meta == nil {
 		return ReasonSourceNotCapable

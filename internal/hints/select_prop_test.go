@@ -10,7 +10,7 @@ import (
 )
 
 // randomRequest draws a fleet where every rule of Select has a chance to
-// fire: mixed types, readiness, conflicts, truncation and runs.
+// fire: mixed types, readiness, conflicts, unknown salts, truncation and runs.
 func randomRequest(r *rand.Rand) (Request, map[index.Source]Meta) {
 	pool := []index.Source{target, w1r1, w2, w3, p1, ownerA, ownerB}
 	metas := fleet()
@@ -30,6 +30,7 @@ func randomRequest(r *rand.Rand) (Request, map[index.Source]Meta) {
 			c.Chain = c.Chain[:r.IntN(c.Depth+1)]
 		}
 		c.HashConflict = r.IntN(10) == 0
+		c.SaltKnown = r.IntN(10) > 0
 		if r.IntN(2) == 0 {
 			start := r.IntN(6)
 			end := start + 1 + r.IntN(12-start)

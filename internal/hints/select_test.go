@@ -47,7 +47,7 @@ func chain(n int) []uint64 {
 }
 
 func prefix(s index.Source, depth int) Candidate {
-	return Candidate{Source: s, Depth: depth, Chain: chain(12)[:depth]}
+	return Candidate{Source: s, Depth: depth, Chain: chain(12)[:depth], SaltKnown: true}
 }
 
 func suffix(s index.Source, start, end int) Candidate {
@@ -56,7 +56,7 @@ func suffix(s index.Source, start, end int) Candidate {
 	if start > 0 {
 		r.Parent = c[start-1]
 	}
-	return Candidate{Source: s, Suffix: r}
+	return Candidate{Source: s, Suffix: r, SaltKnown: true}
 }
 
 func TestSelect(t *testing.T) {
@@ -137,6 +137,12 @@ func TestSelect(t *testing.T) {
 		{name: "hash conflict is never a source",
 			cands:  []Candidate{func() Candidate { c := prefix(w2, 9); c.HashConflict = true; return c }()},
 			reason: ReasonConflict, src: w2, end: 9},
+		{name: "a source holding blocks of unknown salt is never a source",
+			cands:  []Candidate{func() Candidate { c := prefix(ownerA, 9); c.SaltKnown = false; return c }()},
+			reason: ReasonSaltUnknown, src: ownerA, end: 9},
+		{name: "unknown salt gives way to a shorter source whose salts are known",
+			cands: []Candidate{func() Candidate { c := prefix(w2, 9); c.SaltKnown = false; return c }(), prefix(w3, 4)},
+			src:   w3, end: 4},
 		{name: "hash conflict gives way to a shorter clean source",
 			cands: []Candidate{func() Candidate { c := prefix(w2, 9); c.HashConflict = true; return c }(), prefix(w3, 4)},
 			src:   w3, end: 4},
