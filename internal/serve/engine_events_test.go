@@ -89,8 +89,14 @@ func TestEngineEventsConnect(t *testing.T) {
 				newPublisher(t, kvstream.PublisherConfig{Endpoint: "tcp://*:" + strconv.Itoa(base+1)}, f, ""),
 			}
 			events := "tcp://127.0.0.1:" + strconv.Itoa(base)
+			engine := ",engine=vllm"
+			if f == kvencode.SGLangMap {
+				// A vLLM runner's store without extra_keys would not tell
+				// its salt: the SGLang form is an SGLang worker's.
+				engine = ",engine=sglang"
+			}
 			g := h.service(func(o *Options) {
-				o.Workers = []direct.WorkerSpec{spec(t, e, ",dp=2,events="+events)}
+				o.Workers = []direct.WorkerSpec{spec(t, e, ",dp=2,events="+events+engine)}
 			})
 			waitWorkers(t, g, 1)
 			toks := prompt(40, 5)
