@@ -88,6 +88,9 @@ Workers come from two places:
   model=M               default: what its /v1/models answers (retried until it does)
   engine=vllm|sglang    default vllm; decides where hints and the DP rank go
   hint=vllm|vllm-old|sglang|sglang-old   override the hint placement
+  control=tcp://H:P[;tcp://H:P...]   its runners' control endpoints, one per DP
+                        rank (or rank 0's alone: rank d's at port + d*tp): with
+                        type=, the worker is a hint source, peers pulling from there
 
 Operator views: GET /debug/workers, POST /debug/route (the decision for a
 request body, nothing sent), GET /metrics (Prometheus), GET /healthz.

@@ -71,7 +71,7 @@ func TestServeHelp(t *testing.T) {
 			t.Errorf("--help does not explain --%s", flag)
 		}
 	}
-	for _, key := range []string{"url=", "events=", "replay=", "block_size=", "dp=", "tp=", "type=", "id=", "model=", "engine=", "hint="} {
+	for _, key := range []string{"url=", "events=", "replay=", "block_size=", "dp=", "tp=", "type=", "id=", "model=", "engine=", "hint=", "control="} {
 		if !strings.Contains(out.String(), key) {
 			t.Errorf("--help does not explain the --worker key %s", key)
 		}

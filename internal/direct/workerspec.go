@@ -5,6 +5,7 @@ package direct
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -38,6 +39,10 @@ type WorkerSpec struct {
 	Model     string           // "" asks the worker's /v1/models
 	Engine    string
 	Placement *hints.Placement // hint= override
+	// Control is each DP rank's runner control endpoint (its TP rank 0's):
+	// what a hint names to pull from this worker's runner. Empty: the
+	// worker is no hint source.
+	Control []string
 }
 
 // Keys of a --worker value.
@@ -53,10 +58,12 @@ const (
 	wkModel     = "model"
 	wkEngine    = "engine"
 	wkHint      = "hint"
+	wkControl   = "control"
 )
 
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
-// [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P].
+// [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P]
+// [,control=tcp://H:P[;tcp://H:P...]].
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	spec := WorkerSpec{BlockSize: DefaultBlockSize, DP: 1, TP: 1, Engine: router.EngineVLLM}
 	seen := map[string]bool{}
@@ -98,8 +105,15 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			var p hints.Placement
 			p, err = parsePlacement(v)
 			spec.Placement = &p
+		case wkControl:
+			for ep := range strings.SplitSeq(v, ";") {
+				if err = checkControl(ep); err != nil {
+					break
+				}
+				spec.Control = append(spec.Control, ep)
+			}
 		default:
-			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint")
+			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint, control")
 		}
 		if err != nil {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
@@ -121,6 +135,9 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	if spec.Replay != "" && spec.Events == "" {
 		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", errWorkerFlag, s)
 	}
+	if err := spec.perRankControl(); err != nil {
+		return WorkerSpec{}, fmt.Errorf("%w %q: control: %v", errWorkerFlag, s, err)
+	}
 	if spec.TP > 1 && spec.Engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
 		// scheduler, which speaks for all its TP workers: one inventory,
@@ -129,6 +146,48 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			errWorkerFlag, s, spec.TP, spec.Engine)
 	}
 	return spec, nil
+}
+
+// checkControl accepts a dialable runner endpoint, tcp://HOST:PORT.
+func checkControl(ep string) error {
+	u, err := url.Parse(ep)
+	if err != nil || u.Scheme != "tcp" || u.Hostname() == "" || u.Port() == "" || u.Path != "" {
+		return fmt.Errorf("%q: want tcp://HOST:PORT of the runner's control endpoint", ep)
+	}
+	if h := u.Hostname(); h == "*" || h == "0.0.0.0" || h == "::" {
+		return fmt.Errorf("%q: a wildcard is where the runner binds; give the address peers dial", ep)
+	}
+	if _, err := positive(u.Port()); err != nil {
+		return fmt.Errorf("%q: port %v", ep, err)
+	}
+	return nil
+}
+
+// perRankControl gives every DP rank its control endpoint: one per rank as
+// given, or one for rank 0 from which the others follow by the attention
+// rank port rule both engines' runners bind by (DP rank d's TP rank 0 at
+// port + d·TP).
+func (s *WorkerSpec) perRankControl() error {
+	switch {
+	case len(s.Control) == 0:
+		return nil
+	case s.Type == hints.TypeUnknown:
+		return fmt.Errorf("a hint source needs type= (aggregated, prefill or decode): only workers of the target's type are sources")
+	case len(s.Control) == s.DP:
+		return nil
+	case len(s.Control) != 1:
+		return fmt.Errorf("%d endpoints for dp=%d: give one per DP rank, or rank 0's alone", len(s.Control), s.DP)
+	}
+	u, _ := url.Parse(s.Control[0])
+	port, _ := strconv.Atoi(u.Port())
+	for d := 1; d < s.DP; d++ {
+		p := port + d*s.TP
+		if p > 65535 {
+			return fmt.Errorf("DP rank %d's port %d (%s + %d·tp) is out of range; give one endpoint per rank", d, p, s.Control[0], d)
+		}
+		s.Control = append(s.Control, "tcp://"+net.JoinHostPort(u.Hostname(), strconv.Itoa(p)))
+	}
+	return nil
 }
 
 // parsePlacement accepts the configuration names and "-old" for "-legacy".
@@ -172,8 +231,15 @@ func (s WorkerSpec) worker(model string, events bool) router.Worker {
 		w.Placement = *s.Placement
 	}
 	if s.Type != hints.TypeUnknown {
-		// The operator vouches that the engine reads hints.
+		// The operator vouches that the engine reads hints, and with
+		// control= that its runners serve peers there.
 		w.Capability = hints.Capability{CanConsume: true, Type: s.Type}
+		if len(s.Control) > 0 {
+			w.Capability.Endpoints = make(map[int]string, len(s.Control))
+			for r, ep := range s.Control {
+				w.Capability.Endpoints[r] = ep
+			}
+		}
 	}
 	if events {
 		w.Mode = router.ModeEvents

@@ -150,7 +150,7 @@ func (d *Discovery) put(dw discovery.Worker) {
 	ctx, cancel := context.WithCancel(context.Background())
 	nf := &follower{reg: dw, cancel: cancel, done: make(chan struct{})}
 	d.followers[w.ID] = nf
-	rf := &relay.Follower{NC: d.NC, Prefix: dw.Events, Sink: sink, Log: d.Log.With("worker", w.ID), Now: d.Now,
+	rf := &relay.Follower{NC: d.NC, Prefix: dw.Events, Sink: sink, Log: d.Log.With("worker", w.ID),
 		Resynced: func(reason string) { d.Metrics.resyncs.WithLabelValues(reason).Inc() },
 		Silent: func(silent bool) {
 			if silent {
