@@ -84,9 +84,7 @@ type estimateJSON struct {
 type hintDecisionJSON struct {
 	Reason   string        `json:"reason"`
 	Source   *sourceJSON   `json:"source"`
-	Start    int           `json:"start,omitempty"`
 	Reach    int           `json:"reach"`
-	Suffix   bool          `json:"suffix,omitempty"`
 	Estimate *estimateJSON `json:"estimate"`
 }
 
@@ -155,7 +153,7 @@ func hintJSON(p hints.Placement, messageID string, h hints.Hint) json.RawMessage
 }
 
 func hintDecisionOf(d hints.Decision) hintDecisionJSON {
-	out := hintDecisionJSON{Reason: d.Reason.String(), Start: d.Start, Reach: d.Reach, Suffix: d.Suffix}
+	out := hintDecisionJSON{Reason: d.Reason.String(), Reach: d.Reach}
 	switch {
 	case d.Source.Owner != "":
 		out.Source = &sourceJSON{Owner: d.Source.Owner}
