@@ -25,7 +25,7 @@ func TestLearnFromUsage(t *testing.T) {
 		}
 		return d
 	}
-	body := `{"usage":{"prompt_tokens":10000,"prompt_tokens_details":{"cached_tokens":9664},` +
+	body := `{"usage":{"prompt_tokens":11000,"prompt_tokens_details":{"cached_tokens":9664},` +
 		`"kvrouter":{"peer_restored_tokens":9600,"local_cached_tokens":64,` +
 		`"pull":{"source_endpoint":"tcp://a:1","wanted_blocks":150,"pulled_blocks":150,"pulled_tokens":9600,"bytes":157286400,"seconds":0.3,"short":false}}}}`
 	u := responseUsage([]byte(body))
@@ -38,7 +38,7 @@ func TestLearnFromUsage(t *testing.T) {
 	}
 	now := time.Unix(1_700_000_000, 0)
 	s := &Server{Learn: l, Now: func() time.Time { return now }}
-	s.learn(decision(true), u, 336*time.Millisecond)
+	s.learn(decision(true), u, 400*time.Millisecond)
 	v := l.View()
 	if len(v.Pairs) != 1 || v.Pairs[0].Source != src || v.Pairs[0].Target != target || v.Pairs[0].LastMS != 300 {
 		t.Fatalf("pairs %+v", v.Pairs)
@@ -49,7 +49,11 @@ func TestLearnFromUsage(t *testing.T) {
 	if len(v.Targets) != 1 || v.Targets[0].Target != target || v.Targets[0].Prefills != 1 {
 		t.Fatalf("targets %+v", v.Targets)
 	}
-	// The first answer: 336 tokens recomputed in 36 ms (the pull's 300
+	if got, want := l.View().Recompute.SecondsPerToken, 0.1/1336; got != 1/20000.0 || len(v.Targets) == 0 {
+		// One sample is too few to speak for the fleet: the prior's rate.
+		t.Errorf("fleet recompute %v s/token after one sample of %v", got, want)
+	}
+	// The first answer: 1,336 tokens recomputed in 100 ms (the pull's 300
 	// taken out). This one leaves no time after the pull: no sample.
 	s.learn(decision(true), u, 300*time.Millisecond)
 	if got := l.View().Targets[0].Prefills; got != 1 {

@@ -52,9 +52,17 @@ type LearnConfig struct {
 	// FleetKeep is the same for the fleet's pooled pulls, the prior of a
 	// pair not measured yet. Default 0.9.
 	FleetKeep float64
-	// PrefillKeep is the same for prefill samples, which are many and
-	// noisy (queueing). Default 0.95.
-	PrefillKeep float64
+	// PrefillWindow is how many recent recompute samples a target keeps
+	// (default 16; the fleet four times as many), PrefillQuantile the low
+	// quantile of their time per token taken as its rate (default 0.25),
+	// and PrefillMinTokens the fewest recomputed tokens a sample needs
+	// (default 512). Time to first token is the recompute plus queueing
+	// and fixed costs, never less than the recompute: its low quantile
+	// over many requests is the rate, where a line fitted through it is
+	// tilted by how queueing goes with prompt length.
+	PrefillWindow    int
+	PrefillQuantile  float64
+	PrefillMinTokens int
 	// PriorWeight is how many samples the prior counts for in the fleet's
 	// estimates. A pair or a target weighs the fleet's estimate, its own
 	// prior, at a quarter of that: its own samples speak for it. Default 1.
@@ -98,8 +106,14 @@ func (c *LearnConfig) fill() error {
 	if !(c.FleetKeep > 0 && c.FleetKeep < 1) {
 		c.FleetKeep = 0.9
 	}
-	if !(c.PrefillKeep > 0 && c.PrefillKeep < 1) {
-		c.PrefillKeep = 0.95
+	if c.PrefillWindow <= 0 {
+		c.PrefillWindow = 16
+	}
+	if !(c.PrefillQuantile >= 0 && c.PrefillQuantile <= 1) || c.PrefillQuantile == 0 {
+		c.PrefillQuantile = 0.25
+	}
+	if c.PrefillMinTokens <= 0 {
+		c.PrefillMinTokens = 512
 	}
 	if !(c.PriorWeight > 0) {
 		c.PriorWeight = 1
@@ -133,10 +147,11 @@ type Learner struct {
 
 	mu      sync.RWMutex
 	aged    time.Time
-	fleet   fit // every pull, pooled
-	pairs   map[pair]*pairState
-	prefill fit // every target, pooled
-	targets map[index.Source]*targetState
+	fleet      fit // every pull, pooled
+	fleetBytes fit // x: tokens, y: bytes (through the origin)
+	pairs      map[pair]*pairState
+	prefill    window // every target's, pooled
+	targets    map[index.Source]*targetState
 }
 
 type pair struct{ src, dst index.Source }
@@ -151,7 +166,7 @@ type pairState struct {
 }
 
 type targetState struct {
-	f       fit
+	w       window
 	samples int
 	last    time.Time
 }
@@ -161,7 +176,8 @@ func NewLearner(cfg LearnConfig) (*Learner, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Learner{cfg: cfg, pairs: map[pair]*pairState{}, targets: map[index.Source]*targetState{}}, nil
+	return &Learner{cfg: cfg, pairs: map[pair]*pairState{}, targets: map[index.Source]*targetState{},
+		prefill: window{max: 4 * cfg.PrefillWindow}}, nil
 }
 
 // Config is the learner's configuration, defaults filled.
@@ -194,6 +210,7 @@ func (l *Learner) ObservePull(s PullSample, now time.Time) {
 	p.f.add(x, y, l.cfg.PullKeep)
 	if s.Bytes > 0 && s.Tokens > 0 {
 		p.bytes.add(x, float64(s.Bytes), l.cfg.PullKeep)
+		l.fleetBytes.add(x, float64(s.Bytes), l.cfg.FleetKeep)
 	}
 	p.pulls++
 	p.last, p.lastMS = now, y*1e3
@@ -201,9 +218,10 @@ func (l *Learner) ObservePull(s PullSample, now time.Time) {
 }
 
 // ObservePrefill records how long a target took to its first token while
-// recomputing tokens of the prompt (time spent pulling taken out).
+// recomputing tokens of the prompt (time spent pulling taken out). Too few
+// tokens say more about fixed costs than about the rate, and are left out.
 func (l *Learner) ObservePrefill(target index.Source, tokens int, took time.Duration, now time.Time) {
-	if tokens <= 0 || took <= 0 {
+	if tokens < l.cfg.PrefillMinTokens || took <= 0 {
 		return
 	}
 	l.mu.Lock()
@@ -211,14 +229,14 @@ func (l *Learner) ObservePrefill(target index.Source, tokens int, took time.Dura
 	l.age(now)
 	t := l.targets[target]
 	if t == nil {
-		t = &targetState{}
+		t = &targetState{w: window{max: l.cfg.PrefillWindow}}
 		l.targets[target] = t
 	}
-	x, y := float64(tokens), took.Seconds()
-	t.f.add(x, y, l.cfg.PrefillKeep)
+	r := took.Seconds() / float64(tokens)
+	t.w.add(r, now)
 	t.samples++
 	t.last = now
-	l.prefill.add(x, y, l.cfg.PrefillKeep)
+	l.prefill.add(r, now)
 }
 
 // Age lets time fade every sample; a service calls it on its ticker.
@@ -232,12 +250,18 @@ func (l *Learner) Age(now time.Time) {
 			delete(l.pairs, k)
 		}
 	}
+	old := now.Add(-prefillAges * l.cfg.HalfLife)
+	l.prefill.forget(old)
 	for k, t := range l.targets {
-		if t.f.w < forgotten {
+		if t.w.forget(old); len(t.w.r) == 0 {
 			delete(l.targets, k)
 		}
 	}
 }
+
+// prefillAges is how many half-lives a recompute sample is kept: a target
+// that has not recomputed anything for that long takes the fleet's rate.
+const prefillAges = 4
 
 // forgotten is the weight below which an estimate is its prior's.
 const forgotten = 1e-3
@@ -257,14 +281,11 @@ func (l *Learner) age(now time.Time) {
 	f := math.Exp2(-now.Sub(l.aged).Seconds() / l.cfg.HalfLife.Seconds())
 	l.aged = now
 	l.fleet.scale(f)
-	l.prefill.scale(f)
+	l.fleetBytes.scale(f)
 	for _, p := range l.pairs {
 		p.f.scale(f)
 		p.bytes.scale(f)
 		p.short *= f
-	}
-	for _, t := range l.targets {
-		t.f.scale(f)
 	}
 }
 
@@ -307,6 +328,9 @@ func (l *Learner) pull(src, dst index.Source) PullEstimate {
 	ref := l.pullRef()
 	fa, fb := l.fleet.solve(a0, b0, ref, l.cfg.PriorWeight, 0)
 	e := PullEstimate{Setup: seconds(fa), SecondsPerToken: fb, BytesPerToken: pr.BytesPerToken}
+	if l.fleetBytes.w > 0 && l.fleetBytes.xx > 0 {
+		e.BytesPerToken = l.fleetBytes.xy / l.fleetBytes.xx
+	}
 	p := l.pairs[pair{src, dst}]
 	if p == nil {
 		return e
@@ -335,7 +359,7 @@ func (l *Learner) pullRef() float64 {
 // RecomputeEstimate is a target's predicted recompute rate.
 type RecomputeEstimate struct {
 	SecondsPerToken float64
-	Samples         float64 // the target's own decayed weight
+	Samples         float64 // the target's own samples in its window (0: the fleet's or the prior)
 }
 
 // TokensPerS is the recompute rate the estimate implies.
@@ -353,23 +377,48 @@ func (l *Learner) Recompute(dst index.Source) RecomputeEstimate {
 	return l.recompute(dst)
 }
 
-// A recompute slope stays within this factor of the prior's: time to first
-// token carries queueing, which can tilt a fit arbitrarily.
-const prefillClamp = 20
+// minWindow is the fewest samples a window needs to speak for itself.
+const minWindow = 3
 
 func (l *Learner) recompute(dst index.Source) RecomputeEstimate {
-	b0 := 1 / l.cfg.Prior.PrefillTokensPerS
-	lo, hi := b0/prefillClamp, b0*prefillClamp
-	// The intercept is queueing and the first decode step, which a pull
-	// pays as well: only the slope is used, so the prior anchors at 0.
-	_, fb := l.prefill.solve(0, b0, prefillRef, l.cfg.PriorWeight, lo)
-	fb = min(max(fb, lo), hi)
-	t := l.targets[dst]
-	if t == nil {
-		return RecomputeEstimate{SecondsPerToken: fb}
+	e := RecomputeEstimate{SecondsPerToken: 1 / l.cfg.Prior.PrefillTokensPerS}
+	if len(l.prefill.r) >= minWindow {
+		e.SecondsPerToken = l.prefill.quantile(l.cfg.PrefillQuantile)
 	}
-	_, b := t.f.solve(0, fb, prefillRef, l.cfg.PriorWeight*ownShare, lo)
-	return RecomputeEstimate{SecondsPerToken: min(max(b, lo), hi), Samples: t.f.w}
+	if t := l.targets[dst]; t != nil && len(t.w.r) >= minWindow {
+		e.SecondsPerToken, e.Samples = t.w.quantile(l.cfg.PrefillQuantile), float64(len(t.w.r))
+	}
+	return e
+}
+
+// window keeps the latest samples, up to max, with their times.
+type window struct {
+	max int
+	r   []float64
+	at  []time.Time
+}
+
+func (w *window) add(r float64, now time.Time) {
+	if len(w.r) == w.max {
+		w.r, w.at = w.r[1:], w.at[1:]
+	}
+	w.r, w.at = append(w.r, r), append(w.at, now)
+}
+
+// forget drops samples taken before old.
+func (w *window) forget(old time.Time) {
+	i := 0
+	for i < len(w.at) && w.at[i].Before(old) {
+		i++
+	}
+	w.r, w.at = w.r[i:], w.at[i:]
+}
+
+// quantile is the q-quantile of the samples, the nearest rank below.
+func (w *window) quantile(q float64) float64 {
+	s := slices.Clone(w.r)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
 }
 
 // fit holds the decayed weighted sums of a least-squares line.

@@ -178,3 +178,42 @@ func TestLearnerRefusesBadPrior(t *testing.T) {
 		}
 	}
 }
+
+// TestRecomputeIgnoresQueueing: time to first token is the recompute plus
+// queueing; when the queueing goes against prompt length (long cold prompts
+// sent to idle targets, short turns queued behind them), a line through
+// the samples would be tilted, while the low quantile of time per token
+// stays at the rate. A target that slows down is followed within its
+// window.
+func TestRecomputeIgnoresQueueing(t *testing.T) {
+	l, _ := newLearned(t, LearnConfig{}, 64)
+	now := epoch0
+	const rate = 75 * time.Microsecond
+	for i := range 40 {
+		now = now.Add(time.Second)
+		n := 1024
+		queue := time.Duration(i%5) * 300 * time.Millisecond
+		if i%3 == 0 {
+			n, queue = 10240, time.Duration(i%2)*20*time.Millisecond
+		}
+		l.ObservePrefill(tgt, n, queue+time.Duration(n)*rate+10*time.Millisecond, now)
+	}
+	if got := l.Recompute(tgt).SecondsPerToken; !near(got, rate.Seconds(), 0.15) {
+		t.Fatalf("recompute %.3g s/token, want %.3g", got, rate.Seconds())
+	}
+	for i := range 16 {
+		now = now.Add(time.Second)
+		l.ObservePrefill(tgt, 4096, time.Duration(4096)*2*rate+time.Duration(i%4)*50*time.Millisecond, now)
+	}
+	if got := l.Recompute(tgt).SecondsPerToken; !near(got, 2*rate.Seconds(), 0.15) {
+		t.Fatalf("after slowing down: %.3g s/token, want %.3g", got, 2*rate.Seconds())
+	}
+	// A target never seen takes the fleet's pooled rate; samples fade.
+	if got := l.Recompute(srcB).SecondsPerToken; got < rate.Seconds() || got > 2.2*rate.Seconds() {
+		t.Fatalf("unseen target: %.3g s/token", got)
+	}
+	l.Age(now.Add(prefillAges*l.Config().HalfLife + time.Second))
+	if got := l.Recompute(tgt); got.Samples != 0 || got.SecondsPerToken != 1/DefaultPrior().PrefillTokensPerS {
+		t.Fatalf("after its samples faded: %+v", got)
+	}
+}
