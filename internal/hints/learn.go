@@ -145,8 +145,8 @@ type PullSample struct {
 type Learner struct {
 	cfg LearnConfig
 
-	mu      sync.RWMutex
-	aged    time.Time
+	mu         sync.RWMutex
+	aged       time.Time
 	fleet      fit // every pull, pooled
 	fleetBytes fit // x: tokens, y: bytes (through the origin)
 	pairs      map[pair]*pairState
