@@ -1,3 +1,5 @@
+// This file holds `kvrouter agent`: the state agent's flags and its run beside one engine worker.
+
 package main
 
 import (
@@ -13,6 +15,7 @@ func init() { commands = append(commands, newAgentCmd) }
 func newAgentCmd() *cobra.Command {
 	var cfg agent.Config
 	var engine string
+	var natsAuth *natsAuthFlags // set with the flags, read once they are parsed
 	cmd := &cobra.Command{
 		Use:   "agent --engine sglang|vllm --engine-url http://HOST:PORT --nats URL",
 		Short: "Run the state agent beside one engine worker: register it and relay its KV inventory",
@@ -44,6 +47,10 @@ and the worker deregistered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Engine = workerconfig.Engine(engine)
+			var err error
+			if cfg.NATSAuth, err = natsAuth.resolve(cfg.EmbeddedNATS); err != nil {
+				return err
+			}
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err
@@ -64,6 +71,7 @@ and the worker deregistered.`,
 	fl.BoolVar(&cfg.SingleHost, "single-host", false, "every peer runs on this machine (local demo cluster): accept a loopback advertise host, which is refused otherwise")
 	fl.IntVar(&cfg.DPStart, "dp-start", -1, "first global DP rank this worker serves; -1 takes it from the configuration (vLLM data_parallel_rank or data_parallel_start_rank, SGLang 0)")
 	fl.StringVar(&cfg.NATSURL, "nats", "", "NATS URL of the cluster, e.g. nats://nats:4222 (required unless --embedded-nats)")
+	natsAuth = addNATSAuthFlags(fl)
 	fl.BoolVar(&cfg.EmbeddedNATS, "embedded-nats", false, "run a private embedded NATS server instead of --nats (tests; nobody else sees the worker)")
 	fl.DurationVar(&cfg.NATSTimeout, "nats-timeout", agent.DefaultNATSTimeout, "how long to keep retrying an unreachable --nats at start before exiting")
 	fl.DurationVar(&cfg.Lease, "lease", agent.DefaultLease, "registration lease: router services drop the worker if the agent stops refreshing it (every lease/3); at least 1s")

@@ -1,3 +1,5 @@
+// This file holds `kvrouter mocker`: a simulated vLLM/SGLang engine with a real KV cache runner.
+
 package main
 
 import (

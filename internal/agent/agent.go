@@ -1,3 +1,5 @@
+// This file holds the agent's options and its run: configuration, registration, event relay.
+
 package agent
 
 import (
@@ -43,6 +45,7 @@ type Config struct {
 	DPStart       int    // --dp-start; negative takes it from the configuration
 
 	NATSURL       string        // --nats
+	NATSAuth      bus.Auth      // --nats-creds, --nats-tls-ca, ...
 	EmbeddedNATS  bool          // --embedded-nats
 	NATSTimeout   time.Duration // --nats-timeout
 	Lease         time.Duration // --lease
@@ -245,7 +248,7 @@ func (a *Agent) descriptor(ctx context.Context) (*workerconfig.Descriptor, error
 func (a *Agent) openBus(ctx context.Context) (*bus.Bus, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.NATSTimeout)
 	defer cancel()
-	opts := bus.Options{URL: a.cfg.NATSURL, Name: "kvrouter-agent " + a.cfg.WorkerID, Logger: a.log,
+	opts := bus.Options{URL: a.cfg.NATSURL, Auth: a.cfg.NATSAuth, Name: "kvrouter-agent " + a.cfg.WorkerID, Logger: a.log,
 		ConnectTimeout: min(5*time.Second, a.cfg.NATSTimeout)}
 	for attempt := 0; ; attempt++ {
 		b, err := bus.Open(ctx, opts)

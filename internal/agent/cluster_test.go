@@ -13,6 +13,7 @@ import (
 
 	"kvrouter/internal/bus"
 	"kvrouter/internal/index"
+	"kvrouter/internal/index/indextest"
 	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
@@ -48,7 +49,7 @@ type engine struct {
 	topic  string
 	srv    *httptest.Server
 	sick   atomic.Bool // /health fails
-	tr     *tree
+	tr     *indextest.Tree
 }
 
 // startEngine starts an engine whose configuration is testdata config with
@@ -78,7 +79,7 @@ func startEngine(t *testing.T, kind workerconfig.Engine, config string, buffer i
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
 	t.Cleanup(func() { e.pub.Close() })
-	e.tr = newTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")
+	e.tr = indextest.NewTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")
 	return e
 }
 
@@ -99,7 +100,7 @@ func (e *engine) restart() {
 }
 
 func (e *engine) ev(kind string, runner bool, names ...string) kvevents.Event {
-	return e.tr.event(e.kind == workerconfig.EngineVLLM, kind, runner, names...)
+	return treeEvent(e.tr, e.kind == workerconfig.EngineVLLM, kind, runner, names...)
 }
 
 // publish sends one batch on topic ("" for the engine's topic).
@@ -148,10 +149,10 @@ func (s *sink) Gone(src index.Source) {
 }
 
 // holds renders what src holds, as tree.dumpSet does.
-func (s *sink) holds(t *testing.T, tr *tree, src index.Source) string {
+func (s *sink) holds(t *testing.T, tr *indextest.Tree, src index.Source) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return tr.dumpSet(t, s.ix, src)
+	return tr.DumpSet(t, s.ix, src)
 }
 
 func (s *sink) isReady(src index.Source) (ready, known bool) {

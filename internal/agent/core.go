@@ -1,4 +1,4 @@
-// This file holds the agent's core: the ingest core of its engine streams, with the local index and the event plane as its output.
+// This file holds the agent's core: the ingest core, its output the local index and event plane.
 
 package agent
 

@@ -399,9 +399,9 @@ func TestVLLMSaltInherited(t *testing.T) {
 	root, child := h.ev("store", false, "A"), h.ev("store", false, "B")
 	root.CacheSalt = "tenant-a"
 	h.core.Handle(0, h.msg(0, "", root, child))
-	toks := append(append([]uint32(nil), h.tr.tokens["A"]...), h.tr.tokens["B"]...)
+	toks := append(append([]uint32(nil), h.tr.Tokens["A"]...), h.tr.Tokens["B"]...)
 	depth := func(salt string) int32 {
-		got := h.core.loc.ix.Match(kvhash.LocalHashes(toks, h.tr.bs, kvhash.SeedFor("", salt)), index.MatchOptions{})
+		got := h.core.loc.ix.Match(kvhash.LocalHashes(toks, h.tr.BlockSize, kvhash.SeedFor("", salt)), index.MatchOptions{})
 		if len(got) == 0 {
 			return 0
 		}

@@ -1,3 +1,5 @@
+// This file holds the agent's Prometheus metrics and its /metrics and /healthz server.
+
 package agent
 
 import (
@@ -90,13 +92,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBlocks, float64(core.Index().Len()))
 	for i, s := range c.a.subs {
 		dp := strconv.Itoa(core.dps[i])
-		ss := s.Stats()
-		for _, kv := range []struct {
-			k string
-			v uint64
-		}{{"received", ss.Received}, {"malformed", ss.Malformed}, {"gaps", ss.Gaps}, {"unrecoverable", ss.Unrecoverable},
-			{"restarts", ss.Restarts}, {"reconnects", ss.Reconnects}, {"replays", ss.Replays}, {"replay_failures", ss.ReplayFailures}} {
-			counter(descStream, kv.v, dp, kv.k)
+		for k, v := range s.Stats().All() {
+			counter(descStream, v, dp, k)
 		}
 	}
 }

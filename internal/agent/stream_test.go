@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/index/indextest"
 	"kvrouter/internal/ingest"
 	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
@@ -20,7 +21,7 @@ import (
 func startBindMode(t *testing.T, config string, firstSeq uint64) (*engine, *cluster) {
 	t.Helper()
 	port, replay := freePort(t), freePort(t)
-	e := &engine{t: t, kind: workerconfig.EngineSGLang, port: port, replay: replay, tr: newTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
+	e := &engine{t: t, kind: workerconfig.EngineSGLang, port: port, replay: replay, tr: indextest.NewTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
 	e.enc.Format = kvencode.SGLangMap
 	cfg := engineConfig(t, config, func(cfg, extra, events map[string]any) {
 		events["endpoint"] = fmt.Sprintf("tcp://127.0.0.1:%d", port)

@@ -92,7 +92,7 @@ func TestStartStop(t *testing.T) {
 		endpoints = append(endpoints, e.Replay...)
 	}
 	for _, r := range c.Routers() {
-		endpoints = append(endpoints, r.URL)
+		endpoints = append(endpoints, r.URL, r.Admin)
 	}
 	if len(c.Routers()) != 2 || c.RouterURL() != c.Routers()[0].URL {
 		t.Fatalf("routers %+v, RouterURL %s", c.Routers(), c.RouterURL())
@@ -112,7 +112,7 @@ func TestStartStop(t *testing.T) {
 			t.Errorf("nothing listens on %s", ep)
 		}
 	}
-	if want := 2*(1+4+2+2) + 2; len(ports) != want {
+	if want := 2*(1+4+2+2) + 2*2; len(ports) != want {
 		t.Fatalf("%d ports, want %d", len(ports), want)
 	}
 	pids := c.PIDs()

@@ -1,3 +1,5 @@
+// This file holds what the demo reads of the router and engines over HTTP: completions, hint counts.
+
 package demo
 
 import (

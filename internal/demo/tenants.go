@@ -148,7 +148,7 @@ func tenantsFlavour(ctx context.Context, o TenantsOptions, flavour string) (Tena
 	if err != nil {
 		return TenantsFlavour{}, err
 	}
-	t := &tenantsRun{c: c, router: c.RouterURL(), engines: c.Engines(), served: map[served]bool{}}
+	t := &tenantsRun{c: c, router: c.RouterURL(), admin: c.RouterAdminURL(), engines: c.Engines(), served: map[served]bool{}}
 	t.res.LogDir = c.LogDir()
 	rng := rand.New(rand.NewPCG(2026, 11))
 	for p := range tenantsPrompts {
@@ -173,6 +173,7 @@ type served struct {
 type tenantsRun struct {
 	c       *cluster.Cluster
 	router  string
+	admin   string // the router's operator views
 	engines []cluster.Engine
 	served  map[served]bool
 	res     TenantsFlavour
@@ -308,7 +309,7 @@ func (t *tenantsRun) awaitIndexed(ctx context.Context, p int, system []uint32) {
 		}
 		err := poll(ctx, func() (bool, error) {
 			var v routeView
-			_, err := cluster.PostJSON(ctx, t.router+pathRoute, t.engines[target].ID, body, &v)
+			_, err := cluster.PostJSON(ctx, t.admin+pathRoute, t.engines[target].ID, body, &v)
 			return err == nil && v.hinted(), err
 		})
 		if err != nil && !errors.Is(ctx.Err(), context.Canceled) {

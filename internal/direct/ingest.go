@@ -1,4 +1,4 @@
-// This file holds serve's direct ingest of a --worker engine's KV events: the ingest core, with the router's sink as its output.
+// This file holds serve's direct ingest of a --worker engine's events: the ingest core into router.Sink.
 
 package direct
 
@@ -50,11 +50,11 @@ var droppedLabel = [kvingest.NumReasons]string{
 // newEngineIngest returns the ingest of spec's events into sink. The
 // worker's sources are not ready until their stream delivers a batch.
 func newEngineIngest(spec WorkerSpec, sink *router.Sink, m *Metrics, log *slog.Logger, now func() time.Time) *ingest {
-	in := &ingest{id: spec.ID, dp: spec.DP, tp: max(spec.TP, 1), sink: sink, m: m, log: log, now: now}
+	in := &ingest{id: spec.ID, dp: spec.dp, tp: max(spec.tp, 1), sink: sink, m: m, log: log, now: now}
 	cfg := kvingest.Config{
-		BlockSize: spec.BlockSize, TP: in.tp,
+		BlockSize: spec.blockSize, TP: in.tp,
 		// SGLang's stores all name their salt; vLLM's only a prefix's first.
-		InheritSalt: spec.Engine != router.EngineSGLang,
+		InheritSalt: spec.engine != router.EngineSGLang,
 		// The router's index may evict (--max-blocks), so an unknown parent
 		// proves no lost batch there.
 		Lossy: true,

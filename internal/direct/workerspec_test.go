@@ -17,10 +17,10 @@ func TestParseWorkerSpec(t *testing.T) {
 		err  string
 		want WorkerSpec
 	}{
-		{in: "url=http://10.0.0.5:8000", want: WorkerSpec{ID: "10.0.0.5:8000", URL: "http://10.0.0.5:8000", BlockSize: 16, DP: 1, TP: 1, Engine: "vllm"}},
+		{in: "url=http://10.0.0.5:8000", want: WorkerSpec{ID: "10.0.0.5:8000", url: "http://10.0.0.5:8000", blockSize: 16, dp: 1, tp: 1, engine: "vllm"}},
 		{in: "url=http://h:1/,events=tcp://h:5557,replay=tcp://h:5558,block_size=64,dp=2,tp=4,type=decode,id=w1,model=m,engine=sglang,hint=sglang-old",
-			want: WorkerSpec{ID: "w1", URL: "http://h:1", Events: "tcp://h:5557", Replay: "tcp://h:5558", BlockSize: 64, DP: 2, TP: 4,
-				Type: hints.TypeDecode, Model: "m", Engine: "sglang", Placement: &sg}},
+			want: WorkerSpec{ID: "w1", url: "http://h:1", events: "tcp://h:5557", replay: "tcp://h:5558", blockSize: 64, dp: 2, tp: 4,
+				workerType: hints.TypeDecode, model: "m", engine: "sglang", placement: &sg}},
 		{in: "events=tcp://h:1", err: "url: want http://HOST:PORT"},
 		{in: "url=ftp://h:1", err: "url: want"},
 		{in: "url=http://h:1,events=tcp://*:5557", err: "events=tcp://*:5557: the engine binds there"},
@@ -36,12 +36,12 @@ func TestParseWorkerSpec(t *testing.T) {
 		{in: "url=http://h:1,url=http://h:2", err: "url given twice"},
 		{in: "url", err: "want key=value"},
 		{in: "url=http://h:1,dp=2,type=aggregated,control=tcp://h:25000;tcp://g:26000",
-			want: WorkerSpec{ID: "h:1", URL: "http://h:1", BlockSize: 16, DP: 2, TP: 1, Engine: "vllm", Type: hints.TypeAggregated,
-				Control: []string{"tcp://h:25000", "tcp://g:26000"}}},
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 2, tp: 1, engine: "vllm", workerType: hints.TypeAggregated,
+				control: []string{"tcp://h:25000", "tcp://g:26000"}}},
 		// Rank 0's alone: the others by the attention-rank port rule.
 		{in: "url=http://h:1,dp=3,tp=2,engine=sglang,type=decode,control=tcp://h:25000",
-			want: WorkerSpec{ID: "h:1", URL: "http://h:1", BlockSize: 16, DP: 3, TP: 2, Engine: "sglang", Type: hints.TypeDecode,
-				Control: []string{"tcp://h:25000", "tcp://h:25002", "tcp://h:25004"}}},
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 3, tp: 2, engine: "sglang", workerType: hints.TypeDecode,
+				control: []string{"tcp://h:25000", "tcp://h:25002", "tcp://h:25004"}}},
 		{in: "url=http://h:1,control=tcp://h:25000", err: "control: a hint source needs type="},
 		{in: "url=http://h:1,type=aggregated,dp=3,control=tcp://h:1;tcp://h:2", err: "2 endpoints for dp=3"},
 		{in: "url=http://h:1,type=aggregated,control=tcp://*:25000", err: "wildcard"},

@@ -74,8 +74,14 @@ func (e *Poller) poll(ctx context.Context, w router.Worker) {
 	defer cancel()
 	loads, err := e.fetch(ctx, w)
 	if err != nil {
-		if _, logged := e.failing.LoadOrStore(w.ID, true); !logged && ctx.Err() == nil {
-			e.Log.Warn("engine metrics: poll failed", "worker", w.ID, "err", err)
+		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
+			return // the router is stopping
+		}
+		// The last figures would stand for a load the engine may no
+		// longer have: routing goes on the router's own view instead.
+		e.Router.ClearEngineLoad(w.ID)
+		if _, logged := e.failing.LoadOrStore(w.ID, true); !logged {
+			e.Log.Warn("engine metrics: poll failed; routing on the router's own view of its load until it answers", "worker", w.ID, "err", err)
 		}
 		return
 	}

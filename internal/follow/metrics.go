@@ -10,6 +10,7 @@ type Metrics struct {
 	discoveryLost prometheus.Counter
 	silentAgents  prometheus.Gauge
 	silences      prometheus.Counter
+	peerRefused   prometheus.Counter
 }
 
 // NewMetrics registers the discovery follower's metrics on reg.
@@ -23,6 +24,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "State agents that missed 3 heartbeats: their sources give no hints until they speak again."})
 	m.silences = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_relay_silences_total",
 		Help: "Times a state agent fell silent (missed 3 heartbeats)."})
-	reg.MustRegister(m.resyncs, m.discoveryLost, m.silentAgents, m.silences)
+	m.peerRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_peer_endpoints_refused_total",
+		Help: "Registrations refused as hint sources and targets because a runner endpoint they name is neither on the worker's host nor within --peer-allow (counted once per registration change)."})
+	reg.MustRegister(m.resyncs, m.discoveryLost, m.silentAgents, m.silences, m.peerRefused)
 	return m
 }

@@ -26,13 +26,29 @@ import (
 
 // sendResult is how one attempt at a worker ended.
 type sendResult struct {
-	refused bool      // nothing was sent: try another worker
-	outcome string    // when the response went out
-	err     *apiError // when it did not
+	retry   retryCause // nothing reached the client, and another worker may serve it
+	outcome string     // when the response went out
+	err     *apiError  // when it did not
 }
 
-// maxResponse bounds a non-streamed response body held to read its usage.
-const maxResponse = 64 << 20
+// retryCause says why an attempt may be made again on another worker.
+type retryCause uint8
+
+const (
+	noRetry retryCause = iota
+	// retryRefused: the worker refused the connection; it never saw the
+	// request.
+	retryRefused
+	// retryNoAnswer: the connection broke before any byte of the answer,
+	// or before any of it went out to the client (Server.RetryReset): the
+	// worker may have started on the request, but generation has no side
+	// effects and the client saw nothing.
+	retryNoAnswer
+)
+
+// maxResponse bounds a non-streamed response body held to read its usage;
+// a larger one is not passed on (a variable for tests).
+var maxResponse = 64 << 20
 
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
 	"Transfer-Encoding", "Upgrade", "Proxy-Connection"}
@@ -138,20 +154,13 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	// generation ends, and requests sharing the prefix come meanwhile.
 	s.Router.Commit(d, s.Now())
 
-	start := s.Now()
+	sent := s.Now()
 	resp, err := s.Upstream.Do(r.Context(), &upstream.Request{URL: t.Worker.URL, Path: upstreamPath(p.kind), Header: h, Body: body})
 	if s.Trace != nil && err == nil {
 		s.Trace(Timing{Added: resp.Sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
 	}
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return sendResult{refused: true}
-		}
-		if r.Context().Err() != nil {
-			return sendResult{err: &apiError{outcome: outcomeCanceled}}
-		}
-		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error",
-			fmt.Sprintf("worker %s: %v", t.Worker.ID, err), outcomeUpstreamError}}
+		return s.sendFailed(r, t.Worker, err)
 	}
 	defer resp.Body.Close()
 	s.countDecision(d)
@@ -159,7 +168,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	hinted := strconv.FormatBool(d.HintDecision.Hinted())
 	var first time.Time // the first token's arrival, when streamed
 	report := func(u *usage) {
-		s.learn(d, u, first.Sub(start))
+		s.learn(d, u, first.Sub(sent))
 		if u.Details != nil {
 			s.Metrics.cachedTokens.WithLabelValues(hinted).Add(float64(u.Details.CachedTokens))
 		}
@@ -177,30 +186,90 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	case resp.StatusCode >= 400:
 		outcome = outcomeBadRequest
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	// The head goes out with the first whole event (or the whole body):
+	// an answer that breaks off before then can still fail honestly.
+	started := false
+	start := func() {
+		started = true
 		w.WriteHeader(resp.StatusCode)
-		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { first = s.Now(); s.Load.Prefilled(loadID) }, report)
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { first = s.Now(); s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
-		b, err = readAll(nil, io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
+		b, err = readAll(nil, io.LimitReader(resp.Body, int64(maxResponse)+1), resp.ContentLength, int64(maxResponse), nil)
+		if err == nil && len(b) > maxResponse {
+			err = errAnswerTooLarge
+		}
 		if err == nil {
 			if u := responseUsage(b); u != nil {
 				report(u)
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			w.WriteHeader(resp.StatusCode)
-			_, err = w.Write(b)
+			start()
+			if _, err = w.Write(b); err != nil {
+				err = fmt.Errorf("%w: %v", errClientGone, err)
+			}
 		}
 	}
 	switch {
 	case r.Context().Err() != nil || errors.Is(err, errClientGone):
 		return sendResult{outcome: outcomeCanceled}
-	case err != nil:
-		// Headers may be out already: all that is left is to stop.
-		s.warnEvery("broke:"+t.Worker.ID, "upstream response broke off", "worker", t.Worker.ID, "request", p.id, "err", err)
-		return sendResult{outcome: outcomeUpstreamError}
+	case err == nil:
+		return sendResult{outcome: outcome}
+	case errors.Is(err, errEventTooLarge):
+		return s.tooLarge(w, t.Worker, p, started, oversizeEvent, maxEvent)
+	case errors.Is(err, errAnswerTooLarge):
+		return s.tooLarge(w, t.Worker, p, started, oversizeAnswer, maxResponse)
 	}
-	return sendResult{outcome: outcome}
+	s.Metrics.upstreamFailures.WithLabelValues(failureBrokeOff).Inc()
+	s.Router.ReportSuspect(t.Worker.ID, t.Worker.URL, s.Now())
+	s.warnEvery("broke:"+t.Worker.ID, "worker's answer broke off", "worker", t.Worker.ID, "request", p.id,
+		"client_got_part", started, "err", err)
+	msg := fmt.Sprintf("worker %s: the answer broke off: %v", t.Worker.ID, err)
+	if !started {
+		// Nothing of it reached the client: as good as no answer. Its
+		// head must not mix with the next attempt's or the error's.
+		clear(w.Header())
+		return sendResult{retry: retryNoAnswer, err: &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError}}
+	}
+	// Part of a stream went out under a 200: the client learns of the
+	// failure from an error event, and no [DONE] follows (docs/wire.md).
+	s.Metrics.streamErrors.Inc()
+	writeStreamError(w, &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError})
+	return sendResult{outcome: outcomeUpstreamError}
+}
+
+// sendFailed is the result of an attempt that got no answer at all.
+func (s *Server) sendFailed(r *http.Request, wk router.Worker, err error) sendResult {
+	switch {
+	case r.Context().Err() != nil:
+		return sendResult{err: &apiError{outcome: outcomeCanceled}}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		s.Metrics.upstreamFailures.WithLabelValues(failureRefused).Inc()
+		if s.Router.ReportRefused(wk.ID, wk.URL, "connection refused", s.Now()) == router.WentDown {
+			s.Log.Warn("worker down: it refused a connection; no request goes to it until it answers its health probe",
+				"worker", wk.ID, "url", wk.URL)
+		}
+		return sendResult{retry: retryRefused, err: &apiError{http.StatusBadGateway, "upstream_error",
+			fmt.Sprintf("worker %s refused the connection", wk.ID), outcomeUpstreamError}}
+	case errors.Is(err, upstream.ErrNoAnswer):
+		s.Metrics.upstreamFailures.WithLabelValues(failureNoAnswer).Inc()
+		s.Router.ReportSuspect(wk.ID, wk.URL, s.Now())
+		return sendResult{retry: retryNoAnswer, err: &apiError{http.StatusBadGateway, "upstream_error",
+			fmt.Sprintf("worker %s: %v", wk.ID, err), outcomeUpstreamError}}
+	}
+	return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error",
+		fmt.Sprintf("worker %s: %v", wk.ID, err), outcomeUpstreamError}}
+}
+
+// writeStreamError ends a stream with an OpenAI-style error event.
+func writeStreamError(w http.ResponseWriter, e *apiError) {
+	b, _ := json.Marshal(map[string]errorBody{"error": {Message: e.message, Type: e.kind, Code: e.status}})
+	w.Write(append(append([]byte("data: "), b...), "\n\n"...))
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
 }
 
 // countDecision records a decision that was acted on.
@@ -335,17 +404,26 @@ func intMember(ms []rawjson.Member, key string) (int, bool) {
 	return n, err == nil
 }
 
-var errClientGone = errors.New("client went away")
+var (
+	errClientGone = errors.New("client went away")
+	// errCutEvent: the stream ended within an event, which was dropped.
+	errCutEvent = errors.New("the stream ended within an event")
+)
 
 // relaySSE passes a server-sent event stream through event by event,
-// flushing each. onFirst runs at the first data event (the first token);
-// report gets the usage of the chunk that carries one. dropUsage drops a
-// usage-only chunk the client did not ask for.
-func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst func(), report func(*usage)) error {
+// flushing each. An event goes out only whole, with the blank line that
+// ends it: a stream that breaks off drops the part of an event it got, so
+// the client never sees half a JSON chunk. start runs before the first
+// write; onFirst at the first data event (the first token); report gets the
+// usage of the chunk that carries one. dropUsage drops a usage-only chunk
+// the client did not ask for. It returns nil at the stream's clean end, an
+// errClientGone when writing to the client failed, and otherwise what broke
+// the stream (errCutEvent for a clean end within an event).
+func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, start, onFirst func(), report func(*usage)) error {
 	fl, _ := w.(http.Flusher)
 	br := bufio.NewReaderSize(body, 32<<10)
 	var ev []byte
-	first := true
+	first, started := true, false
 	emit := func() error {
 		data := eventData(ev)
 		if data != nil && first {
@@ -365,6 +443,10 @@ func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst fun
 				}
 			}
 		}
+		if !started {
+			started = true
+			start()
+		}
 		_, err := w.Write(ev)
 		ev = ev[:0]
 		if err != nil {
@@ -376,7 +458,10 @@ func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst fun
 		return nil
 	}
 	for {
-		line, err := readLine(br)
+		line, err := readLine(br, maxEvent-len(ev))
+		if errors.Is(err, errEventTooLarge) {
+			return err
+		}
 		ev = append(ev, line...)
 		if len(line) > 0 && (line[0] == '\n' || line[0] == '\r' && len(line) == 2) {
 			if werr := emit(); werr != nil {
@@ -384,31 +469,41 @@ func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst fun
 			}
 		}
 		if err != nil {
-			if len(ev) > 0 {
-				if werr := emit(); werr != nil {
-					return werr
-				}
-			}
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if errors.Is(err, context.Canceled) {
+			switch {
+			case errors.Is(err, context.Canceled):
 				return errClientGone
+			case err != io.EOF:
+				return err
+			case len(ev) > 0:
+				// A client would drop it too (the SSE rules discard an
+				// event the stream ends in), but a line reader would
+				// take half a chunk for a whole one.
+				return errCutEvent
 			}
-			return err
+			if !started { // an empty stream: the head alone
+				start()
+			}
+			return nil
 		}
 	}
 }
 
-// readLine returns the next line with its newline, however long.
-func readLine(br *bufio.Reader) ([]byte, error) {
+// readLine returns the next line with its newline, errEventTooLarge past
+// max bytes.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
+	if len(line) > max {
+		return nil, errEventTooLarge
+	}
 	if !errors.Is(err, bufio.ErrBufferFull) {
 		return line, err
 	}
 	out := append([]byte(nil), line...)
 	for errors.Is(err, bufio.ErrBufferFull) {
 		line, err = br.ReadSlice('\n')
+		if len(out)+len(line) > max {
+			return nil, errEventTooLarge
+		}
 		out = append(out, line...)
 	}
 	return out, err

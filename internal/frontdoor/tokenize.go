@@ -47,6 +47,9 @@ func (l *Local) Tokenize(_ context.Context, req *Request) ([]uint32, error) {
 		return req.Tokens, nil
 	}
 	if req.Kind == KindCompletion {
+		if err := checkContextBytes(req.Model, req.Prompt, req.context, l.Tok.MaxBytesPerToken()); err != nil {
+			return nil, err
+		}
 		return l.Tok.Encode(req.Prompt, true), nil
 	}
 	if req.Messages == nil {
@@ -55,6 +58,10 @@ func (l *Local) Tokenize(_ context.Context, req *Request) ([]uint32, error) {
 	text, err := l.Template.Render(req.Messages, req.AddGenerationPrompt)
 	if err != nil {
 		return nil, fmt.Errorf("%w: messages: %v", ErrBadRequest, err)
+	}
+	// The rendered text, not the messages: a template may trim them.
+	if err := checkContextBytes(req.Model, text, req.context, l.Tok.MaxBytesPerToken()); err != nil {
+		return nil, err
 	}
 	// The template carries its own special tokens, as engines assume.
 	return l.Tok.Encode(text, false), nil

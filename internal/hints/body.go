@@ -1,3 +1,5 @@
+// This file holds hints in request bodies: placements, Attach and Strip by edit, Extract.
+
 package hints
 
 import (

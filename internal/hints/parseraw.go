@@ -1,3 +1,5 @@
+// This file holds Parse: a hint read from JSON text, its hash lists scanned in place.
+
 package hints
 
 import (

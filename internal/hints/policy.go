@@ -1,3 +1,5 @@
+// This file holds the policies that weigh a pull against a recompute: MinBlocks and CostPolicy.
+
 package hints
 
 import (
@@ -66,6 +68,8 @@ const (
 // the target is, which is why CostPolicy exists.
 type MinBlocks int
 
+var _ Policy = MinBlocks(0)
+
 func (m MinBlocks) Consider(p Pull) Estimate {
 	return Estimate{
 		Policy:      policyMinBlocks,
@@ -95,6 +99,8 @@ type CostPolicy struct {
 	defaults Rates
 	measured func(source, target index.Source) Rates
 }
+
+var _ Policy = (*CostPolicy)(nil)
 
 // NewCostPolicy returns a cost policy. defaults must be complete, since they
 // stand in for any rate telemetry has not measured yet; measured may be nil

@@ -1,3 +1,5 @@
+// This file holds Select: the source a target should pull from, and why a hint is or is not sent.
+
 package hints
 
 import (
@@ -134,14 +136,14 @@ func (p pick) better(reach int, s index.Source) bool {
 	return !p.ok || reach > p.reach || reach == p.reach && s.Compare(p.src) < 0
 }
 
-// Select picks the source the target should pull from, following SPEC 5
-// (Dynamo's best_source): the eligible source with the longest prefix beyond
+// Select picks the source the target should pull from, following docs/wire.md
+// §6.1 (Dynamo's best_source): the eligible source with the longest prefix beyond
 // the target's own. A winner whose retained chain is too short fails closed
 // rather than falling back to a runner-up, since the runner-up was judged by
 // the same index that just proved stale. The policy then decides whether
 // the extra blocks are worth pulling.
 //
-// SPEC 5's suffix runs (a source holding blocks [start, end) without the
+// Suffix runs (docs/wire.md §6.1: a source holding blocks [start, end) without the
 // prefix before them) are not considered: the router's index matches
 // root-aligned prefixes only, and no measurement showed a run worth adding.
 func Select(req Request, policy Policy) (Hint, Decision) {
@@ -201,7 +203,7 @@ func Select(req Request, policy Policy) (Hint, Decision) {
 	return Hint{Endpoint: m.Endpoint, BlockHashes: slices.Clone(payload)}, d
 }
 
-// eligible applies SPEC 5's source rules to c; it returns ReasonHinted for
+// eligible applies docs/wire.md §6.1's source rules to c; it returns ReasonHinted for
 // an eligible source.
 func eligible(req Request, c *Candidate) Reason {
 	if c.Source.Owner == "" && c.Source.Worker == req.Target.Worker && c.Source.Rank == req.Target.Rank {

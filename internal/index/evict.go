@@ -1,3 +1,5 @@
+// This file holds recency and eviction: the memory budget, the caps and what is dropped first.
+
 package index
 
 // Recency: Match advances a logical clock; a node's stamp is the epoch

@@ -1,7 +1,7 @@
 // Package index is the router's inventory: which source holds which KV block
 // on which tier, for one model and block size.
 //
-// A block's identity is its rolling sequence hash (kvhash, SPEC 3.1): it
+// A block's identity is its rolling sequence hash (kvhash, docs/wire.md §4.1): it
 // commits to the whole prefix, so a node needs no parent or child links and
 // Match walks a request by hashing, never by pointer chasing. Sources keep
 // their own engine hashes beside it, because removals name them and hints

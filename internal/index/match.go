@@ -1,3 +1,5 @@
+// This file holds Match: every source's overlap with a request, and the scratch it works in.
+
 package index
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Set: one Index per (model, block size) and the source each one serves.
+
 package index
 
 import (
@@ -7,7 +9,7 @@ import (
 
 // Set keeps one Index per (model, block size) and knows which index each
 // source registered with, so that a source whose events carry another
-// block size than it advertised is refused (SPEC 3.1).
+// block size than it advertised is refused (docs/wire.md §3.5).
 type Set struct {
 	maxBlocks int
 	maxBytes  int64

@@ -1,4 +1,4 @@
-// This file holds how the core takes one batch: converted whole, then applied in groups an output refuses whole or not at all.
+// This file holds how the core takes a batch: converted whole, then applied in groups, all or none.
 
 package ingest
 

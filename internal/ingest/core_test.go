@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/index/indextest"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
 )
@@ -51,7 +52,7 @@ func TestCore(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			e := &env{t: t, tr: newTree(4, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
+			e := &env{t: t, tr: indextest.NewTree(4, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
 			runDD(t, f, e.do)
 		})
 	}
@@ -60,7 +61,7 @@ func TestCore(t *testing.T) {
 // env is one data-driven file's state.
 type env struct {
 	t     *testing.T
-	tr    *tree
+	tr    *indextest.Tree
 	core  *Core
 	out   *recorder
 	ranks []int
@@ -117,9 +118,9 @@ func (e *env) do(c *ddCase) string {
 func (e *env) init(c *ddCase) string {
 	n := c.int(e.t, "ranks", 1)
 	owners := c.str("owners", "all")
-	cfg := Config{BlockSize: e.tr.bs, TP: c.int(e.t, "tp", 1), InheritSalt: c.has("salts"), Lossy: c.has("lossy"),
+	cfg := Config{BlockSize: e.tr.BlockSize, TP: c.int(e.t, "tp", 1), InheritSalt: c.has("salts"), Lossy: c.has("lossy"),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ix, err := index.New(index.Config{BlockSize: e.tr.bs})
+	ix, err := index.New(index.Config{BlockSize: e.tr.BlockSize})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func (e *env) event(c *ddCase, line string) kvevents.Event {
 	ev := kvevents.Event{Tier: kvevents.TierDevice, ExtraKeys: true}
 	var names []string
 	root, short := false, false
-	bs := e.tr.bs
+	bs := e.tr.BlockSize
 	tier := -1
 	for _, w := range words[1:] {
 		k, v, _ := strings.Cut(w, "=")
@@ -199,7 +200,7 @@ func (e *env) event(c *ddCase, line string) kvevents.Event {
 		case "keyless":
 			ev.ExtraKeys = false
 		default:
-			if _, ok := e.tr.engine[w]; !ok {
+			if _, ok := e.tr.Engine[w]; !ok {
 				e.t.Fatalf("%s: event %q: unknown word %q", c.pos, line, w)
 			}
 			names = append(names, w)
@@ -217,13 +218,13 @@ func (e *env) event(c *ddCase, line string) kvevents.Event {
 	switch words[0] {
 	case "store":
 		ev.Kind, ev.BlockSize = kvevents.KindStored, bs
-		if p := e.tr.parent[names[0]]; p != "" && !root {
-			ev.ParentHash, ev.HasParent = e.tr.engine[p], true
+		if p := e.tr.Parent[names[0]]; p != "" && !root {
+			ev.ParentHash, ev.HasParent = e.tr.Engine[p], true
 		}
 		for _, n := range names {
-			ev.BlockHashes = append(ev.BlockHashes, e.tr.engine[n])
+			ev.BlockHashes = append(ev.BlockHashes, e.tr.Engine[n])
 			if !ev.Placeholder {
-				ev.TokenIDs = append(ev.TokenIDs, e.tr.tokens[n]...)
+				ev.TokenIDs = append(ev.TokenIDs, e.tr.Tokens[n]...)
 			}
 		}
 		if short {
@@ -232,7 +233,7 @@ func (e *env) event(c *ddCase, line string) kvevents.Event {
 	case "remove":
 		ev.Kind = kvevents.KindRemoved
 		for _, n := range names {
-			ev.BlockHashes = append(ev.BlockHashes, e.tr.engine[n])
+			ev.BlockHashes = append(ev.BlockHashes, e.tr.Engine[n])
 		}
 	case "clear":
 		ev.Kind = kvevents.KindCleared
@@ -273,11 +274,11 @@ func (e *env) state() string {
 // its tree name, with the salt its identity was hashed with.
 func (e *env) identity(h, seq uint64, depth uint32) string {
 	name := e.blockName(h)
-	if _, ok := e.tr.engine[name]; !ok {
+	if _, ok := e.tr.Engine[name]; !ok {
 		return name
 	}
 	for _, salt := range append([]string{""}, e.salts...) {
-		if s, d := e.tr.saltedSeq(name, salt); s == seq && d == depth {
+		if s, d := e.tr.SaltedSeq(name, salt); s == seq && d == depth {
 			return salted(name, salt)
 		}
 	}
@@ -287,11 +288,11 @@ func (e *env) identity(h, seq uint64, depth uint32) string {
 // local names the block of engine hash h whose local hash is l.
 func (e *env) local(h, l uint64) string {
 	name := e.blockName(h)
-	if _, ok := e.tr.engine[name]; !ok {
+	if _, ok := e.tr.Engine[name]; !ok {
 		return name
 	}
 	for _, salt := range append([]string{""}, e.salts...) {
-		if kvhash.LocalHashes(e.tr.tokens[name], e.tr.bs, kvhash.SeedFor("", salt))[0] == l {
+		if kvhash.LocalHashes(e.tr.Tokens[name], e.tr.BlockSize, kvhash.SeedFor("", salt))[0] == l {
 			return salted(name, salt)
 		}
 	}
@@ -299,7 +300,7 @@ func (e *env) local(h, l uint64) string {
 }
 
 func (e *env) blockName(h uint64) string {
-	for n, x := range e.tr.engine {
+	for n, x := range e.tr.Engine {
 		if x == h {
 			return n
 		}

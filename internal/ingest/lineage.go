@@ -7,7 +7,7 @@ import "kvrouter/internal/kvevents"
 // groupKinds learns a hybrid model's KV group kinds from its stores: vLLM's
 // removals name their group only, and groups share block hashes, so a
 // consumer that follows the full-attention group must tell another group's
-// removal from its own (SPEC 2.3). One per stream; not safe for concurrent
+// removal from its own (docs/wire.md §3.8). One per stream; not safe for concurrent
 // use.
 type groupKinds map[int]string
 
@@ -28,7 +28,7 @@ func (g *groupKinds) Of(ev *kvevents.Event) string {
 
 // saltChains carries a salted vLLM root's salt to the stores under it:
 // vLLM names the salt in a prefix's first block only, and the router's
-// identities carry it in every block (SPEC 3.1). It maps the engine hash of
+// identities carry it in every block (docs/wire.md §3.3). It maps the engine hash of
 // each block under a salted root to the salt, for as long as any residency
 // (tier and owner) still holds the block.
 //

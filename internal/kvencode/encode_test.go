@@ -22,9 +22,9 @@ func mustEncode(tb testing.TB, f Format, b kvevents.Batch) []byte {
 	return out
 }
 
-// The encoder reproduces SPEC 2.4's vectors byte for byte from batches
-// written out here, not from decoding them.
-func TestEncodeSpecVectors(t *testing.T) {
+// The encoder reproduces the vectors of docs/wire.md §3.10 byte for byte
+// from batches written out here, not from decoding them.
+func TestEncodeWireVectors(t *testing.T) {
 	tests := []struct {
 		name   string
 		format Format

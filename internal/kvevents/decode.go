@@ -1,3 +1,5 @@
+// This file holds the Decoder: a batch's envelope and event list, its counters and errors.
+
 package kvevents
 
 import (
@@ -69,7 +71,7 @@ type tally struct {
 // use with DefaultMaxPayload; it is safe for concurrent use, and Stats may be
 // read while it decodes.
 //
-// It accepts every shape of SPEC 2.2–2.3 without being told which engine
+// It accepts every shape of docs/wire.md §3.1–3.9 without being told which engine
 // or build sent it, and applies these rules:
 //   - Map fields are selected by name in any order; array fields by vLLM's
 //     declaration order. In a BlockStored array, a map at position 7 is

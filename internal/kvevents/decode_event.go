@@ -1,3 +1,5 @@
+// This file holds the decoding of one event: its tag, its fields by name or position, its checks.
+
 package kvevents
 
 import (

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-const hashH = 0x84b146b151d55111 // SPEC 2.4's H
+const hashH = 0x84b146b151d55111 // H of docs/wire.md §3.10
 
 var tokens1234 = []uint32{1, 2, 3, 4}
 

@@ -1,3 +1,5 @@
+// This file holds the event fields: names, array positions, and the fields each kind accepts.
+
 package kvevents
 
 // field identifies an event field independently of its encoding.

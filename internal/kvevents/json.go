@@ -1,3 +1,5 @@
+// This file holds the JSON lines of `kvrouter decode`: one object per decoded batch.
+
 package kvevents
 
 import (
@@ -168,6 +170,8 @@ type single struct {
 	f    Frame
 	done bool
 }
+
+var _ Source = (*single)(nil)
 
 func (s *single) Next() (Frame, error) {
 	if s.done {

@@ -1,6 +1,8 @@
+// This file holds the engine formats' wire names: event tags, keys, media and their tiers.
+
 package kvevents
 
-// Wire names of the engine event formats (SPEC 2.2–2.3). They change often
+// Wire names of the engine event formats (docs/wire.md §3.1–3.9). They change often
 // upstream; every one lives here, for the decoder and for kvencode, which
 // writes them as the engines do.
 const (

@@ -1,3 +1,5 @@
+// This file holds the engine's Config: flavour, event format, defaults and their validation.
+
 package mocker
 
 import (

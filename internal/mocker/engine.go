@@ -1,3 +1,5 @@
+// This file holds Engine: its start (HTTP, runners, publishers per rank), endpoints and close.
+
 package mocker
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the engine's Prometheus metrics, the ranks' read at scrape time.
+
 package mocker
 
 import (

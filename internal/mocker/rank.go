@@ -1,3 +1,5 @@
+// This file holds one DP rank's service: the scheduler's driver, its events and its runner sinks.
+
 package mocker
 
 import (

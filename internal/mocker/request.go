@@ -1,3 +1,5 @@
+// This file holds the parsing of request bodies: completions, chat, /tokenize and admin evict.
+
 package mocker
 
 import (

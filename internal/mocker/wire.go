@@ -1,3 +1,5 @@
+// This file holds the engine's wire names: paths, OpenAI names, media, config keys, metrics.
+
 package mocker
 
 // Every wire name the mocker reads or writes: HTTP paths and headers, the
@@ -49,7 +51,7 @@ const (
 	tierAll    = "all"
 )
 
-// Event mediums per flavour (SPEC 2.3): SGLang's KVCR linker reports
+// Event mediums per flavour (docs/wire.md §3.6–3.7): SGLang's KVCR linker reports
 // runner-owned blocks as EXTERNAL; vLLM's connector as CPU with
 // ownership "kvcr".
 const (

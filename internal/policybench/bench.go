@@ -139,7 +139,7 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, re
 			c.StopRouter(r)
 		}
 	}()
-	if err := awaitEmpty(ctx, r.URL, c.Engines()); err != nil {
+	if err := awaitEmpty(ctx, r.Admin, c.Engines()); err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
 	pulls0, failed0, err := pullTotals(ctx, c.Engines())
@@ -158,7 +158,7 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, re
 			return loadgen.NamedSummary{}, PolicyRun{}, err
 		}
 	}
-	samples, err := scrape(ctx, r.URL)
+	samples, err := scrape(ctx, r.Admin)
 	if err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, fmt.Errorf("router metrics: %w", err)
 	}
@@ -173,7 +173,7 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, re
 		pr.PullMSMean = (pulls1.seconds - pulls0.seconds) * 1e3 / float64(pr.Pulls)
 	}
 	if slices.Contains(flags, "cost") {
-		if pr.Learned, err = learned(ctx, r.URL); err != nil {
+		if pr.Learned, err = learned(ctx, r.Admin); err != nil {
 			return loadgen.NamedSummary{}, PolicyRun{}, fmt.Errorf("router estimates: %w", err)
 		}
 	}
@@ -219,14 +219,14 @@ func resetEngines(ctx context.Context, engines []cluster.Engine) error {
 
 // awaitEmpty waits until the router lists every engine ready with nothing
 // indexed for it, so that each policy starts from the same cold state.
-func awaitEmpty(ctx context.Context, router string, engines []cluster.Engine) error {
+func awaitEmpty(ctx context.Context, admin string, engines []cluster.Engine) error {
 	var ids []string
 	for _, e := range engines {
 		ids = append(ids, e.ID)
 	}
 	return poll(ctx, resetWait, "router index empty after the reset", func() (bool, string, error) {
 		var v workersView
-		data, err := cluster.Get(ctx, router+pathWorkers)
+		data, err := cluster.Get(ctx, admin+pathWorkers)
 		if err == nil {
 			err = jsonUnmarshal(data, &v)
 		}

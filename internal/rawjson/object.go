@@ -1,3 +1,5 @@
+// This file holds the object walkers: Members in place, and ScanObject that validates as it goes.
+
 package rawjson
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Decide: a request's candidates per block size, their cost, and the target's hint.
+
 package router
 
 import (
@@ -171,11 +173,14 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		return g
 	}
 
+	// A forced target is taken even when down: the operator asked for it.
+	anyDown := r.down.Load() > 0 && req.Target == ""
 	included := func(e *entry) bool {
-		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID)
+		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID) &&
+			!(anyDown && e.down.Load())
 	}
 	sh, ok := r.shapes[req.Model]
-	if !ok || req.Target != "" || len(req.Exclude) > 0 {
+	if !ok || req.Target != "" || len(req.Exclude) > 0 || anyDown {
 		sh = shapeOf(ents, included)
 	}
 	bs, mixed, ranks := sh.bs, sh.mixed, sh.ranks
@@ -183,7 +188,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		if req.Target != "" {
 			return nil, fmt.Errorf("%w: worker %q does not serve model %q", ErrNoWorker, req.Target, req.Model)
 		}
-		return nil, fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
+		return nil, r.noneLeft(req, ents)
 	}
 	var t cost.Scored
 	var g *group
@@ -191,6 +196,9 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	if !mixed && !req.Explain && r.picker.Routing == cost.RoutingKV && r.picker.Temperature == 0 {
 		g = groupOf(bs)
 		e, i := r.cheapest(g, ents, ranks, included, ld, req)
+		if e == nil { // a worker went down since the shape was taken
+			return nil, r.noneLeft(req, ents)
+		}
 		t = r.cfg.Weights.Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
 	} else {
 		for _, e := range ents {
@@ -258,6 +266,24 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		d.Hint, d.HintDecision = r.hint(g, d.Target)
 	}
 	return d, nil
+}
+
+// noneLeft is the error of a decision that found every worker of the
+// model excluded or down.
+func (r *Router) noneLeft(req Request, ents []*entry) error {
+	down := 0
+	for _, e := range ents {
+		if e.down.Load() {
+			down++
+		}
+	}
+	switch {
+	case down == len(ents):
+		return fmt.Errorf("%w: every worker of model %q is down (refusing connections or failing health probes)", ErrNoWorker, req.Model)
+	case down > 0:
+		return fmt.Errorf("%w: every worker of model %q is down or was excluded", ErrNoWorker, req.Model)
+	}
+	return fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
 }
 
 func candidateOf(s cost.Scored) Candidate {
@@ -405,7 +431,9 @@ func (r *Router) meta(s index.Source) (hints.Meta, bool) {
 		return hints.Meta{}, false
 	}
 	m := e.w.Capability.Meta(s.Rank)
-	m.Ready = r.ready[index.WorkerRank(s.Worker, s.Rank)] && r.trusted(e.w.Origin)
+	// A down worker's device blocks went with its engine, or cannot be
+	// reached: no peer may be told to pull them.
+	m.Ready = r.ready[index.WorkerRank(s.Worker, s.Rank)] && r.trusted(e.w.Origin) && !e.down.Load()
 	return m, true
 }
 

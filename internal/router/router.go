@@ -1,3 +1,5 @@
+// This file holds the Router: its workers, ranks and cache owners, and their registration.
+
 package router
 
 import (
@@ -6,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"kvrouter/internal/cost"
@@ -38,6 +41,8 @@ type Config struct {
 	// MaxIndexBytes caps each (model, block size) index's estimated
 	// memory (index.Config.MaxBytes); 0 is unbounded.
 	MaxIndexBytes int64
+	// Health paces health probes and says when a worker is down.
+	Health HealthConfig
 }
 
 // EngineLoad is what a worker's engine reports about its own load.
@@ -88,6 +93,9 @@ type Router struct {
 
 	amu    sync.Mutex // approximate inventory; taken without mu held
 	approx map[index.Source]map[uint64]time.Time
+
+	hmu  sync.Mutex   // the entries' health records; taken after mu
+	down atomic.Int32 // workers marked down
 }
 
 type entry struct {
@@ -96,6 +104,10 @@ type entry struct {
 	gen uint64 // the sink allowed to feed the worker's sources
 	// ranks are the worker's ranks, by rank - DPStart.
 	ranks []rankRef
+	// down excludes the worker from decisions and its ranks from hint
+	// sources; read without locks by decisions. See health.go.
+	down atomic.Bool
+	h    health // guarded by Router.hmu
 }
 
 // rankRef is what a decision needs of a rank beyond its worker, laid out
@@ -184,6 +196,9 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 	if e == nil {
 		e = &entry{}
 		r.workers[w.ID] = e
+	} else if old.w.URL != w.URL {
+		// What was found about the old address says nothing of the new.
+		r.resetHealth(e)
 	}
 	if err := r.apply(e, w, old != nil, now); err != nil {
 		// A registration the router cannot take in full is not taken at
@@ -290,6 +305,9 @@ func (r *Router) removeLocked(id string, now time.Time) {
 	}
 	r.unlinkOwners(e)
 	delete(r.workers, id)
+	if e.down.Swap(false) {
+		r.down.Add(-1)
+	}
 	r.unlink()
 	r.load.Forget(id)
 	r.indexModels()
@@ -344,6 +362,24 @@ func (r *Router) SetEngineLoad(worker string, rank int, l EngineLoad) {
 	}
 }
 
+// ClearEngineLoad forgets what worker's engine reported about its load: its
+// figures cannot be read any more, and old ones would stand for a load it
+// no longer has.
+func (r *Router) ClearEngineLoad(worker string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.workers[worker]; e != nil {
+		r.forgetEngine(e)
+	}
+}
+
+// forgetEngine drops e's engine-reported loads. Callers hold mu for writing.
+func (r *Router) forgetEngine(e *entry) {
+	for rank := e.w.DPStart; rank < e.w.DPStart+e.w.DPSize; rank++ {
+		delete(r.engine, cost.Rank{Worker: e.w.ID, DP: rank})
+	}
+}
+
 // Worker returns a registered worker.
 func (r *Router) Worker(id string) (Worker, bool) {
 	r.mu.RLock()
@@ -390,6 +426,17 @@ func (r *Router) WorkersOfOrigin(o Origin) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// CheckModel returns a *ModelError when no worker serves model: a request
+// for it can be refused before any work is spent on it.
+func (r *Router) CheckModel(model string) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.models[model]) > 0 {
+		return nil
+	}
+	return &ModelError{Model: model, Served: slices.Sorted(maps.Keys(r.models))}
 }
 
 // Models returns the served models, sorted.

@@ -1,5 +1,5 @@
-// This file holds the peer server's admission bookkeeping: connection slots
-// per client and in all, and the rate limit on its "full" warnings.
+// This file holds peer admission: connection slots per client and in all, and rate-limited warnings.
+
 package runner
 
 import (

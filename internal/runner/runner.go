@@ -18,7 +18,7 @@ import (
 	"kvrouter/internal/kvevents"
 )
 
-// Defaults from SPEC 6 (operation_timeout_ms, abandon_timeout_ms).
+// Defaults from docs/wire.md §7.2 (operation_timeout_ms, abandon_timeout_ms).
 const (
 	DefaultOperationTimeout = 1000 * time.Millisecond
 	DefaultAbandonTimeout   = 5000 * time.Millisecond

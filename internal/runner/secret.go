@@ -1,5 +1,5 @@
-// This file holds where a runner's shared secret comes from: a file or the
-// environment, never the command line, where every local user can read it.
+// This file holds where a runner's shared secret comes from: a file or the environment, never argv.
+
 package runner
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Server: peers' FETCHes answered from a runner's pool over TCP.
+
 package runner
 
 import (

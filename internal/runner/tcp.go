@@ -1,3 +1,5 @@
+// This file holds TCPTransport: pulls from peers' Servers over pooled, verified TCP connections.
+
 package runner
 
 import (

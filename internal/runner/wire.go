@@ -1,3 +1,5 @@
+// This file holds the peer protocol's frames: headers, FETCH, handshake, BLOCK, MISSING, ERROR.
+
 package runner
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -134,23 +135,32 @@ type received struct {
 type engine struct {
 	t     testing.TB
 	srv   *httptest.Server
+	mux   *http.ServeMux
 	model string
+	// delay is how long an answer takes: a non-streamed one before it
+	// starts, a stream between its first event and the rest.
+	delay time.Duration
 
-	mu       sync.Mutex
-	got      []received
-	metrics  string
-	cached   int // usage.prompt_tokens_details.cached_tokens to report
-	peer     int // usage.kvrouter.peer_restored_tokens to report
-	hold     chan struct{}
-	canceled chan struct{}
+	mu          sync.Mutex
+	maxModelLen int // reported on /v1/models; 0 reports none
+	got         []received
+	metrics     string
+	cached      int // usage.prompt_tokens_details.cached_tokens to report
+	peer        int // usage.kvrouter.peer_restored_tokens to report
+	hold        chan struct{}
+	canceled    chan struct{}
 }
 
 func newEngine(t testing.TB, model string) *engine {
 	e := &engine{t: t, model: model, canceled: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, e.model)
+		e.mu.Lock()
+		n := e.maxModelLen
+		e.mu.Unlock()
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","max_model_len":%d}]}`, e.model, n)
 	})
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("POST /v1/completions", e.complete)
 	mux.HandleFunc("POST /v1/chat/completions", e.complete)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
@@ -158,9 +168,42 @@ func newEngine(t testing.TB, model string) *engine {
 		defer e.mu.Unlock()
 		io.WriteString(w, e.metrics)
 	})
+	e.mux = mux
 	e.srv = httptest.NewServer(mux)
-	t.Cleanup(e.srv.Close)
+	t.Cleanup(func() { e.srv.Close() })
 	return e
+}
+
+// kill stops the engine as kill -9 would: its port refuses connections and
+// the connections it had break.
+func (e *engine) kill() {
+	e.srv.Listener.Close()
+	e.srv.CloseClientConnections()
+}
+
+// restart serves again on the address the engine had.
+func (e *engine) restart() {
+	e.t.Helper()
+	ln, err := net.Listen("tcp", e.hostPort())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.srv.Close()
+	e.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: e.mux}}
+	e.srv.Start()
+}
+
+// wait sleeps for the engine's delay, or until the request is canceled.
+func (e *engine) wait(r *http.Request) bool {
+	e.mu.Lock()
+	d := e.delay
+	e.mu.Unlock()
+	select {
+	case <-time.After(d):
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }
 
 func (e *engine) url() string { return e.srv.URL }
@@ -197,6 +240,9 @@ func (e *engine) complete(w http.ResponseWriter, r *http.Request) {
 	json.Unmarshal(body, &req)
 	usage := fmt.Sprintf(`{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":%d},"kvrouter":{"peer_restored_tokens":%d}}`, cached, peer)
 	if !req.Stream {
+		if !e.wait(r) {
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"ok"}],"usage":%s,"echo":{"worker":%q}}`,
 			usage, e.hostPort())
@@ -213,6 +259,9 @@ func (e *engine) complete(w http.ResponseWriter, r *http.Request) {
 			e.canceled <- struct{}{}
 			return
 		}
+	}
+	if !e.wait(r) {
+		return
 	}
 	fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\"b\"}]}\n\n")
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
@@ -245,9 +294,12 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) service(edit func(*Options)) *Service {
 	h.t.Helper()
 	o := Defaults()
-	o.Listen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
+	o.Listen, o.AdminListen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
 	o.HintPolicy = policyMinBlocks
 	o.Tick, o.SizeEvery, o.PeerEvery = 5*time.Millisecond, time.Hour, 20*time.Millisecond
+	// On the frozen clock a probe schedule would not move anyway; tests
+	// of health set their own.
+	o.HealthInterval = 0
 	if edit != nil {
 		edit(&o)
 	}
@@ -260,6 +312,9 @@ func (h *harness) service(edit func(*Options)) *Service {
 }
 
 func (g *Service) url() string { return "http://" + g.Addr }
+
+// admin is the base URL of the operator views.
+func (g *Service) admin() string { return "http://" + g.AdminAddr }
 
 // post sends body to path and returns the status, headers and body.
 func post(t testing.TB, url, path string, body string, hdr ...string) (int, http.Header, []byte) {
@@ -296,7 +351,7 @@ func get(t testing.TB, url string) []byte {
 
 func (g *Service) route(t testing.TB, body string) routeView {
 	t.Helper()
-	status, _, b := post(t, g.url(), "/debug/route", body)
+	status, _, b := post(t, g.admin(), "/debug/route", body)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}
@@ -311,7 +366,7 @@ func (g *Service) route(t testing.TB, body string) routeView {
 // allow it), to look at hints for a given target.
 func (g *Service) routeTo(t testing.TB, body, target string) routeView {
 	t.Helper()
-	status, _, b := post(t, g.url(), "/debug/route", body, headerTarget, target)
+	status, _, b := post(t, g.admin(), "/debug/route", body, headerTarget, target)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}
@@ -394,8 +449,13 @@ func (h *harness) agent(id string, e *engine, opts ...agentOpt) *agent {
 	return a
 }
 
-func ownerID(id string) string    { return "owner-" + id }
-func endpointOf(id string) string { return "tcp://" + id + ":25000" }
+func ownerID(id string) string { return "owner-" + id }
+
+// endpointOf is worker id's runner endpoint: on the host of its URL (the
+// engines run on loopback), one port per id; nothing dials it.
+func endpointOf(id string) string {
+	return "tcp://127.0.0.1:" + strconv.Itoa(20000+int(crc32.ChecksumIEEE([]byte(id))%10000))
+}
 
 func (a *agent) rank() index.Source  { return index.WorkerRank(a.w.ID, 0) }
 func (a *agent) owner() index.Source { return index.CacheOwner(ownerID(a.w.ID)) }

@@ -126,6 +126,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	reg := discovery.NewMemory(time.Hour, time.Now)
 	o := serve.Defaults()
 	o.Listen, o.NATSListen, o.Registry, o.Log, o.Trace = "127.0.0.1:0", "127.0.0.1:0", reg, discard, tr.add
+	o.AdminListen = "" // the benchmark reads no operator view
+	// The null engine counts every request it answers: nothing but the
+	// benchmark's may reach it.
+	o.ContextEvery = 0
+	// The null engine answers a health probe like a request: periodic
+	// probes would count as backend requests.
+	o.HealthInterval = 0
 	g, err := serve.Start(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("starting the router: %w", err)

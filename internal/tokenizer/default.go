@@ -1,3 +1,5 @@
+// This file holds the embedded demo tokenizer of the simulated fleet.
+
 package tokenizer
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Tokenizer: loading a tokenizer.json, Encode and Decode.
+
 package tokenizer
 
 import (
@@ -21,6 +23,8 @@ type Tokenizer struct {
 	decoder    []decodeStep
 	hasDecoder bool
 	vocabSize  int
+	// maxBytesPerToken is MaxBytesPerToken, computed at load.
+	maxBytesPerToken int
 }
 
 // fileJSON is a tokenizer.json.
@@ -90,6 +94,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		ids[id] = struct{}{}
 	}
 	t.vocabSize = len(ids)
+	t.maxBytesPerToken = t.bytesPerToken()
 	return t, nil
 }
 

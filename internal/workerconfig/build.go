@@ -1,3 +1,5 @@
+// This file holds the parts of a descriptor both engines share: events, ports, hints, checks.
+
 package workerconfig
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Descriptor, what the state agent works from, Build, and its validation.
+
 package workerconfig
 
 import (
@@ -63,7 +65,7 @@ type Descriptor struct {
 	ProcessLocalInventory bool `json:"process_local_inventory"`
 
 	// RuntimeData is the registration runtime data, in publication order:
-	// endpoints, worker type, capability flag last (SPEC 4.1). Empty unless
+	// endpoints, worker type, capability flag last (docs/wire.md §5.1). Empty unless
 	// HintCapable: a refused worker is never half-registered.
 	RuntimeData []RuntimeEntry `json:"runtime_data"`
 
@@ -155,7 +157,7 @@ func (d *Descriptor) CheckEventBlockSize(ev *kvevents.Event) error {
 	return fmt.Errorf("%w: event block_size %d, worker kv_block_size %d", ErrBlockSizeMismatch, ev.BlockSize, d.KVBlockSize)
 }
 
-// Validate checks the descriptor's invariants (SPEC 4.2 descriptor checks):
+// Validate checks the descriptor's invariants (docs/wire.md §5.6):
 // ranks exactly the DP range, one event source per rank, and for a
 // hint-capable worker hint forwarding, inventory guarantees, dialable
 // endpoints, unique owners, and runtime data that

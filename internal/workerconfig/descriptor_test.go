@@ -28,7 +28,7 @@ func buildCase(t *testing.T, engine Engine, name string) *Descriptor {
 	return d
 }
 
-// Each mutation breaks one descriptor check of SPEC 4.2; Validate must name it.
+// Each mutation breaks one descriptor check of docs/wire.md §5.6; Validate must name it.
 func TestValidateCatchesBrokenDescriptors(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -1,3 +1,5 @@
+// This file holds cache owner ids: their shape, their derivation, and the ones an operator sets.
+
 package workerconfig
 
 import (
@@ -12,7 +14,7 @@ import (
 
 var ownerIDPattern = regexp.MustCompile(`^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}/[0-9a-f]{32}$`)
 
-// ValidOwnerID reports whether s is a canonical cache owner id (SPEC 4.4).
+// ValidOwnerID reports whether s is a canonical cache owner id (docs/wire.md §5.7).
 func ValidOwnerID(s string) bool { return ownerIDPattern.MatchString(s) }
 
 // OwnerDomain is an owner's indexer domain: the text before the first "/".
