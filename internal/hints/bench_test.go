@@ -52,10 +52,7 @@ func benchRequest(nCand, depth int, ascending bool) Request {
 }
 
 func BenchmarkSelect(b *testing.B) {
-	p, err := NewCostPolicy(testRates, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := fixed(b, plain)
 	for _, asc := range []bool{false, true} {
 		req := benchRequest(64, 512, asc)
 		b.Run(fmt.Sprintf("candidates=64/depth=512/ascending=%v", asc), func(b *testing.B) {
