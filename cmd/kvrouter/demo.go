@@ -15,10 +15,12 @@ import (
 
 func init() { commands = append(commands, newDemoCmd) }
 
-// errSeedFailed and errPDFailed exit 1 after the scenario's JSON was printed.
+// errSeedFailed, errPDFailed and errTenantsFailed exit 1 after the
+// scenario's JSON was printed.
 var (
-	errSeedFailed = errors.New("seed scenario failed: see the steps marked \"ok\": false")
-	errPDFailed   = errors.New("pd scenario failed: a flavour has errors, answers unlike an aggregated engine's, or no prefill leg")
+	errSeedFailed    = errors.New("seed scenario failed: see the steps marked \"ok\": false")
+	errPDFailed      = errors.New("pd scenario failed: a flavour has errors, answers unlike an aggregated engine's, or no prefill leg")
+	errTenantsFailed = errors.New("tenants scenario failed: a block crossed tenants, a salted tenant reused nothing of its own, or a request failed")
 )
 
 func newDemoCmd() *cobra.Command {
@@ -75,13 +77,28 @@ aggregated engine's, run in this process off the router. It prints
 prefill_legs, skipped_prefill_legs, fallbacks, outputs_identical_to_aggregated,
 decode_pulled_tokens and ttft_p50_ms, and exits 0 only when both flavours had
 no error, only aggregated answers and prefill legs. It reads --log-dir,
---speedup and --json.`,
+--speedup and --json.
+
+--scenario tenants runs, for each engine flavour (vllm, then sglang), three
+workers and salted ("tenant-a", "tenant-b") and unsalted requests sharing
+two system prompts of 2,048 tokens, each forced to a worker: tenant-a's
+prompt lands on A, whose GPU copy is evicted so that only its runner holds
+it; then the other tenants ask for the same prompt where only another
+tenant's copy exists, and tenant-a asks on B, where its own copy on A is
+worth pulling. It prints {"flavours": {"vllm": {...}, "sglang": {...}}},
+each with requests, errors, hints, cross_tenant_hints and
+cross_tenant_restored_tokens (a hint or restore whose source never served
+the request's tenant that prompt, or that named blocks outside the
+request's chain: must be 0) and same_tenant_restored_tokens (must be > 0),
+and exits 0 only when both hold for both flavours. It reads --log-dir and
+--json.`,
 		Example: `  kvrouter demo
   kvrouter demo --keep
   kvrouter demo --engines 4 --sessions 64 --json
   kvrouter demo --flavor vllm --log-dir ./demo-logs
   kvrouter demo --scenario seed --json
-  kvrouter demo --scenario pd --json`,
+  kvrouter demo --scenario pd --json
+  kvrouter demo --scenario tenants --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := interruptible(cmd)
@@ -104,8 +121,16 @@ no error, only aggregated answers and prefill legs. It reads --log-dir,
 					return errSeedFailed
 				}
 				return nil
-			case "pd":
-				res, err := demo.PD(ctx, demo.PDOptions{LogDir: o.LogDir, Speedup: o.Speedup, Logger: o.Logger, Err: cmd.ErrOrStderr()})
+			case "pd", "tenants":
+				var res interface{ OK() bool }
+				var err error
+				fail := errPDFailed
+				if scenario == "pd" {
+					res, err = demo.PD(ctx, demo.PDOptions{LogDir: o.LogDir, Speedup: o.Speedup, Logger: o.Logger, Err: cmd.ErrOrStderr()})
+				} else {
+					res, err = demo.Tenants(ctx, demo.TenantsOptions{LogDir: o.LogDir, Logger: o.Logger})
+					fail = errTenantsFailed
+				}
 				if err != nil {
 					return err
 				}
@@ -117,12 +142,12 @@ no error, only aggregated answers and prefill legs. It reads --log-dir,
 					return err
 				}
 				if !res.OK() {
-					return errPDFailed
+					return fail
 				}
 				return nil
 			case "", "workload":
 			default:
-				return fmt.Errorf("--scenario %q: want workload (the default), seed or pd", scenario)
+				return fmt.Errorf("--scenario %q: want workload (the default), seed, pd or tenants", scenario)
 			}
 			o.Workload = quick
 			o.Out, o.Err = cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -132,7 +157,7 @@ no error, only aggregated answers and prefill legs. It reads --log-dir,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&scenario, "scenario", "workload", "workload (the multi-turn run), seed (the upstream peer-restore validation, two workers) or pd (disaggregated serving, both flavours)")
+	f.StringVar(&scenario, "scenario", "workload", "workload (the multi-turn run), seed (the upstream peer-restore validation, two workers), pd (disaggregated serving, both flavours) or tenants (salted and unsalted tenants sharing prompts: nothing may cross tenants)")
 	f.IntVar(&o.Engines, "engines", demo.DefaultEngines, "simulated engines, each with its state agent")
 	f.StringVar(&o.Flavor, "flavor", "sglang", "engine imitated: sglang or vllm")
 	f.IntVar(&o.TP, "tp", 1, "tensor-parallel ranks per engine (one runner shard each)")

@@ -4,6 +4,7 @@ package admin
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
@@ -23,6 +24,9 @@ type Views struct {
 	Front *frontdoor.Server
 	// Gatherer holds every metric /metrics exposes.
 	Gatherer prometheus.Gatherer
+	// Learn, when set, is the hint learner whose estimates /debug/workers
+	// shows.
+	Learn *hints.Learner
 }
 
 // Mount routes the operator views on mux: GET /metrics, GET
@@ -71,14 +75,16 @@ type estimateJSON struct {
 	RecomputeMS        float64 `json:"recompute_ms,omitempty"`
 	MeasuredBandwidth  bool    `json:"measured_bandwidth,omitempty"`
 	MeasuredPrefill    bool    `json:"measured_prefill,omitempty"`
+	SetupMS            float64 `json:"setup_ms,omitempty"`
+	ShortShare         float64 `json:"short_share,omitempty"`
+	PullSamples        float64 `json:"pull_samples,omitempty"`
+	PrefillSamples     float64 `json:"prefill_samples,omitempty"`
 }
 
 type hintDecisionJSON struct {
 	Reason   string        `json:"reason"`
 	Source   *sourceJSON   `json:"source"`
-	Start    int           `json:"start,omitempty"`
 	Reach    int           `json:"reach"`
-	Suffix   bool          `json:"suffix,omitempty"`
 	Estimate *estimateJSON `json:"estimate"`
 }
 
@@ -124,6 +130,15 @@ type legJSON struct {
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// finite leaves out (as 0, omitted) a rate that is infinite: JSON has no
+// infinity.
+func finite(f float64) float64 {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0
+	}
+	return f
+}
 
 // debugRoute answers the decision a request would get, without sending it
 // or recording it anywhere.
@@ -187,7 +202,7 @@ func hintJSON(p hints.Placement, messageID string, h hints.Hint) json.RawMessage
 }
 
 func hintDecisionOf(d hints.Decision) hintDecisionJSON {
-	out := hintDecisionJSON{Reason: d.Reason.String(), Start: d.Start, Reach: d.Reach, Suffix: d.Suffix}
+	out := hintDecisionJSON{Reason: d.Reason.String(), Reach: d.Reach}
 	switch {
 	case d.Source.Owner != "":
 		out.Source = &sourceJSON{Owner: d.Source.Owner}
@@ -196,9 +211,11 @@ func hintDecisionOf(d hints.Decision) hintDecisionJSON {
 		out.Source = &sourceJSON{WorkerID: d.Source.Worker, DPRank: &rank}
 	}
 	if e := d.Estimate; e.Policy != "" {
-		out.Estimate = &estimateJSON{e.Policy, e.ExtraBlocks, e.Worth, e.ExtraTokens, e.Bytes, e.BandwidthBytesPerS,
-			e.PrefillTokensPerS, float64(e.Pull.Microseconds()) / 1e3, float64(e.Recompute.Microseconds()) / 1e3,
-			e.MeasuredBandwidth, e.MeasuredPrefill}
+		out.Estimate = &estimateJSON{Policy: e.Policy, ExtraBlocks: e.ExtraBlocks, Worth: e.Worth, ExtraTokens: e.ExtraTokens,
+			Bytes: e.Bytes, BandwidthBytesPerS: finite(e.BandwidthBytesPerS), PrefillTokensPerS: finite(e.PrefillTokensPerS),
+			PullMS: float64(e.Pull.Microseconds()) / 1e3, RecomputeMS: float64(e.Recompute.Microseconds()) / 1e3,
+			MeasuredBandwidth: e.MeasuredBandwidth, MeasuredPrefill: e.MeasuredPrefill, SetupMS: msOf(e.Setup),
+			ShortShare: e.ShortShare, PullSamples: e.PullSamples, PrefillSamples: e.PrefillSamples}
 	}
 	return out
 }
@@ -310,10 +327,14 @@ func (v *Views) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 	v.Router.RefreshSizes()
 	ws, detached := v.Router.View()
 	out := struct {
-		DiscoveryLive  bool         `json:"discovery_live"`
-		Workers        []workerJSON `json:"workers"`
-		DetachedOwners []ownerJSON  `json:"detached_owners"`
+		DiscoveryLive  bool           `json:"discovery_live"`
+		Workers        []workerJSON   `json:"workers"`
+		DetachedOwners []ownerJSON    `json:"detached_owners"`
+		HintEstimates  *estimatesJSON `json:"hint_estimates,omitempty"`
 	}{DiscoveryLive: v.Router.Stats().DiscoveryLive, Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
+	if v.Learn != nil {
+		out.HintEstimates = estimatesOf(v.Learn)
+	}
 	for _, wv := range ws {
 		wj := workerJSON{ID: wv.ID, Model: wv.Model, URL: wv.URL, Engine: wv.Engine, Origin: wv.Origin.String(), Mode: wv.Mode.String(),
 			BlockSize: wv.BlockSize, DPStart: wv.DPStart, DPSize: wv.DPSize, Type: wv.Capability.Type.String(),

@@ -102,6 +102,58 @@ func TestSeedScenario(t *testing.T) {
 	}
 }
 
+// TestTenantsScenario runs `kvrouter demo --scenario tenants --json` as a
+// user would and checks its verdict for both flavours: no hint and no
+// restored token crossed tenants, and salted tenants still restored their
+// own prefixes from peers.
+func TestTenantsScenario(t *testing.T) {
+	bin := clustertest.Binary(t)
+	logs := t.TempDir()
+	cmd := exec.CommandContext(testCtx(t), bin, "demo", "--scenario", "tenants", "--json", "--log-dir", logs)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 20 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	if n := strings.Count(strings.TrimSpace(stdout.String()), "\n"); n != 0 {
+		t.Fatalf("--json printed %d lines, want one object (err %v):\n%s\nstderr: %s", n+1, runErr, stdout.String(), stderr.String())
+	}
+	var res struct {
+		Flavours map[string]struct {
+			Requests                  *int   `json:"requests"`
+			Errors                    *int   `json:"errors"`
+			Hints                     *int   `json:"hints"`
+			CrossTenantHints          *int   `json:"cross_tenant_hints"`
+			CrossTenantRestoredTokens *int   `json:"cross_tenant_restored_tokens"`
+			SameTenantRestoredTokens  *int   `json:"same_tenant_restored_tokens"`
+			FirstError                string `json:"first_error"`
+			LogDir                    string `json:"log_dir"`
+		} `json:"flavours"`
+	}
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("output: %v (exit: %v)\nstderr: %s", err, runErr, stderr.String())
+	}
+	for _, fl := range []string{"vllm", "sglang"} {
+		f, ok := res.Flavours[fl]
+		if !ok {
+			t.Fatalf("no %s in %+v", fl, res.Flavours)
+		}
+		switch {
+		case f.Requests == nil || *f.Requests != 2*len(tenantSteps) || f.Errors == nil || *f.Errors != 0:
+			t.Errorf("%s: requests %v, errors %v (%s), want %d and 0\n%s", fl, f.Requests, f.Errors, f.FirstError, 2*len(tenantSteps), dumpLogs(logs))
+		case f.CrossTenantHints == nil || *f.CrossTenantHints != 0 || f.CrossTenantRestoredTokens == nil || *f.CrossTenantRestoredTokens != 0:
+			t.Errorf("%s: %v cross-tenant hints, %v cross-tenant restored tokens, want 0", fl, f.CrossTenantHints, f.CrossTenantRestoredTokens)
+		case f.SameTenantRestoredTokens == nil || *f.SameTenantRestoredTokens <= 0 || f.Hints == nil || *f.Hints == 0:
+			t.Errorf("%s: %v tokens restored within tenants on %v hints, want some", fl, f.SameTenantRestoredTokens, f.Hints)
+		}
+	}
+	if runErr != nil && !t.Failed() {
+		t.Fatalf("exit: %v\nstderr: %s", runErr, stderr.String())
+	}
+}
+
 // TestRunWorkload runs a small demo in process and checks the summary
 // against what the router counted.
 func TestRunWorkload(t *testing.T) {

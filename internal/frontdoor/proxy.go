@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
@@ -201,6 +202,7 @@ func (s *Server) sendLeg(w http.ResponseWriter, r *http.Request, p *prepared, d 
 	// generation ends, and requests sharing the prefix come meanwhile.
 	s.Router.Commit(d, s.Now())
 
+	sent := s.Now()
 	resp, err := s.Upstream.Do(ctx, &upstream.Request{URL: t.Worker.URL, Path: upstreamPath(p.kind), Header: h, Body: body})
 	if s.Trace != nil && err == nil && lg.whole() {
 		s.Trace(Timing{Added: resp.Sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
@@ -221,7 +223,13 @@ func (s *Server) sendLeg(w http.ResponseWriter, r *http.Request, p *prepared, d 
 	}
 
 	hinted := strconv.FormatBool(d.HintDecision.Hinted())
+	var first time.Time // the first token's arrival, when streamed
 	report := func(u *usage) {
+		if !lg.decode {
+			// A decode leg's first token waits on the hand-over, not on
+			// a prefill of its own: nothing to learn of its recompute.
+			s.learn(d, u, first.Sub(sent))
+		}
 		if u.Details != nil {
 			s.Metrics.cachedTokens.WithLabelValues(hinted).Add(float64(u.Details.CachedTokens))
 		}
@@ -247,7 +255,7 @@ func (s *Server) sendLeg(w http.ResponseWriter, r *http.Request, p *prepared, d 
 		w.WriteHeader(resp.StatusCode)
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { s.Load.Prefilled(loadID) }, report)
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { first = s.Now(); s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
 		b, err = readAll(nil, io.LimitReader(resp.Body, int64(maxResponse)+1), resp.ContentLength, int64(maxResponse), nil)
@@ -371,7 +379,9 @@ type promptDetails struct {
 }
 
 type kvrouterDetails struct {
-	PeerRestoredTokens int `json:"peer_restored_tokens"`
+	PeerRestoredTokens int         `json:"peer_restored_tokens"`
+	LocalCachedTokens  *int        `json:"local_cached_tokens"`
+	Pull               *pullReport `json:"pull"`
 }
 
 // responseUsage returns the usage of a non-streamed answer, nil when it
@@ -423,15 +433,16 @@ func readUsage(raw []byte) (*usage, bool) {
 		return n, true, ok
 	}
 	cached, setCached, ok1 := nested("prompt_tokens_details", "cached_tokens")
-	restored, setRestored, ok2 := nested("kvrouter", "peer_restored_tokens")
-	if !ok1 || !ok2 {
+	if !ok1 {
 		return nil, false
 	}
 	if setCached {
 		u.Details = &promptDetails{cached}
 	}
-	if setRestored {
-		u.KVRouter = &kvrouterDetails{restored}
+	if v := lastMember(ms, "kvrouter"); v != nil && !isNull(v) {
+		if u.KVRouter, ok = readKVRouter(v); !ok {
+			return nil, false
+		}
 	}
 	return u, true
 }

@@ -62,6 +62,9 @@ type Server struct {
 	RetryReset bool
 	// PD configures disaggregated serving (router.Plan).
 	PD router.PDConfig
+	// Learn, when set, learns pull and recompute costs from the answers'
+	// usage (learn.go).
+	Learn *hints.Learner
 
 	seq       atomic.Uint64
 	bodyBytes atomic.Int64 // held by bodies in flight

@@ -34,6 +34,9 @@ type Engine struct {
 	pd      *disagg
 	nonce   string
 	reqSeq  atomic.Uint64
+	// pullSetupNS is Config.PullSetup, which POST /admin/pull changes at
+	// run time: a fleet whose pulls turn slow.
+	pullSetupNS atomic.Int64
 
 	ln     net.Listener
 	srv    *http.Server
@@ -57,6 +60,7 @@ func Start(cfg Config) (*Engine, error) {
 	_, _ = rand.Read(nonce[:])
 	e := &Engine{cfg: cfg, log: cfg.Logger, tok: tokenizer.Default(), tmpl: tmpl, nonce: hex.EncodeToString(nonce[:])}
 	e.vocab = newVocab(e.tok)
+	e.pullSetupNS.Store(int64(cfg.PullSetup))
 	if e.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("mocker: --listen %s: %w", cfg.Listen, err)
 	}

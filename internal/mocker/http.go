@@ -33,6 +33,8 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathKVRelease, e.pd.handleRelease)
 	mux.HandleFunc("POST "+pathAdminEvict, e.handleEvict)
 	mux.HandleFunc("POST "+pathAdminReset, e.handleReset)
+	mux.HandleFunc("GET "+pathAdminPull, e.handlePull)
+	mux.HandleFunc("POST "+pathAdminPull, e.handlePull)
 	return mux
 }
 

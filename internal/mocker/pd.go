@@ -398,6 +398,7 @@ func (e *Engine) receive(ctx context.Context, j *job, kv *transfer) error {
 		kv.source, kv.keys, kv.release = v.Source, v.Keys, kv.bootstrap
 	}
 	outcome := e.pullPeer(ctx, j, kv.source, kv.keys)
+	j.report = nil // a hand-over's cost is the disaggregation's, not a hint's
 	e.pd.transfers.WithLabelValues(RoleDecode, outcome).Inc()
 	if kv.release != "" && kv.id != "" {
 		e.wg.Go(func() { e.pd.tellReleased(kv.release, kv.id) })

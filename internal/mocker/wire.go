@@ -18,6 +18,7 @@ const (
 	pathEngineArgs    = "/kvrouter/engine_args" // vLLM flavour
 	pathAdminEvict    = "/admin/evict"
 	pathAdminReset    = "/admin/reset"
+	pathAdminPull     = "/admin/pull"
 	headerDPRank      = "X-Kvrouter-Dp-Rank"
 	headerVLLMDPRank  = "X-Data-Parallel-Rank" // vLLM's, engine-local
 	headerContentType = "Content-Type"

@@ -410,6 +410,7 @@ func (r *Router) hint(g *group, t Target) (hints.Hint, hints.Decision) {
 			// A guess carries made-up engine hashes: comparing them
 			// means nothing (and Meta refuses the source anyway).
 			HashConflict: !guess && g.ix.Conflict(tsrc, src),
+			SaltKnown:    g.ix.SaltKnown(src),
 		})
 	}
 	h, d := hints.Select(req, r.policies[g.bs])
