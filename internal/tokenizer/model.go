@@ -156,6 +156,9 @@ func (m *Model) EncodeChat(req *ChatRequest) (string, []uint32, error) {
 
 // Apply renders req with the special tokens of cfg (which may be nil).
 func (c *ChatTemplate) Apply(req *ChatRequest, cfg *Config) (string, error) {
+	if c.builtin != nil {
+		return c.applyBuiltin(req)
+	}
 	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 	vars := map[string]jinja.Value{}
 	for k, v := range cfg.templateVars() {
