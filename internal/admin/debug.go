@@ -14,6 +14,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/router"
+	"kvrouter/internal/tokcheck"
 )
 
 // Views serves one router service's operator views.
@@ -23,6 +24,11 @@ type Views struct {
 	Front *frontdoor.Server
 	// Gatherer holds every metric /metrics exposes.
 	Gatherer prometheus.Gatherer
+	// Tokenizer says what the router tokenizes with (--tokenizer); Check,
+	// when set, holds the last check of each model's tokenization against
+	// an engine's.
+	Tokenizer string
+	Check     *tokcheck.Checker
 }
 
 // Mount routes the operator views on mux: GET /metrics, GET
@@ -196,6 +202,13 @@ type ownerJSON struct {
 	Blocks    blocksJSON `json:"blocks"`
 }
 
+// tokenizerJSON is what the router tokenizes with and how each model's
+// last check against an engine's /tokenize went.
+type tokenizerJSON struct {
+	Tokenizer string            `json:"tokenizer"`
+	Checks    []tokcheck.Status `json:"checks"`
+}
+
 type workerJSON struct {
 	ID         string      `json:"id"`
 	Model      string      `json:"model"`
@@ -234,10 +247,15 @@ func (v *Views) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 	v.Router.RefreshSizes()
 	ws, detached := v.Router.View()
 	out := struct {
-		DiscoveryLive  bool         `json:"discovery_live"`
-		Workers        []workerJSON `json:"workers"`
-		DetachedOwners []ownerJSON  `json:"detached_owners"`
-	}{DiscoveryLive: v.Router.Stats().DiscoveryLive, Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
+		DiscoveryLive  bool          `json:"discovery_live"`
+		Tokenizer      tokenizerJSON `json:"tokenizer"`
+		Workers        []workerJSON  `json:"workers"`
+		DetachedOwners []ownerJSON   `json:"detached_owners"`
+	}{DiscoveryLive: v.Router.Stats().DiscoveryLive, Tokenizer: tokenizerJSON{Tokenizer: v.Tokenizer, Checks: []tokcheck.Status{}},
+		Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
+	if v.Check != nil {
+		out.Tokenizer.Checks = v.Check.Statuses()
+	}
 	for _, wv := range ws {
 		wj := workerJSON{ID: wv.ID, Model: wv.Model, URL: wv.URL, Engine: wv.Engine, Origin: wv.Origin.String(), Mode: wv.Mode.String(),
 			BlockSize: wv.BlockSize, DPStart: wv.DPStart, DPSize: wv.DPSize, Type: wv.Capability.Type.String(),

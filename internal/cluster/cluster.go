@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -351,8 +352,12 @@ func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
 	c.routersStarted++
 	c.mu.Unlock()
 	url := "http://" + hostPort(port)
-	args := append([]string{"serve", "--listen", hostPort(port), "--nats", c.bus.URL,
-		"--log-level", c.opts.LogLevel}, flags...)
+	args := []string{"serve", "--listen", hostPort(port), "--nats", c.bus.URL, "--log-level", c.opts.LogLevel}
+	if !slices.Contains(flags, "--tokenizer") {
+		// The simulated engines tokenize with the embedded demo tokenizer.
+		args = append(args, "--tokenizer", "demo")
+	}
+	args = append(args, flags...)
 	p, err := startProc(c.bin, c.logDir, name, args)
 	if err != nil {
 		return Router{}, err

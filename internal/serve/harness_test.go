@@ -17,6 +17,7 @@ import (
 
 	"kvrouter/internal/bus"
 	"kvrouter/internal/discovery"
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
@@ -247,6 +248,7 @@ func (h *harness) service(edit func(*Options)) *Service {
 	o := Defaults()
 	o.Listen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
 	o.HintPolicy = policyMinBlocks
+	o.Tokenizer = frontdoor.TokenizerDemo // the simulated engines'
 	o.Tick, o.SizeEvery, o.PeerEvery = 5*time.Millisecond, time.Hour, 20*time.Millisecond
 	if edit != nil {
 		edit(&o)
