@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 
 	"kvrouter/internal/tokenizer"
 )
@@ -53,33 +52,15 @@ func LoadLocal(path, config, chatTemplate string) (*Local, error) {
 		}
 	}
 	if chatTemplate != "" {
-		t, err := loadChatTemplate(chatTemplate)
+		t, err := tokenizer.LoadChatTemplate(chatTemplate)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--chat-template %s: %w", chatTemplate, err)
 		}
 		c := *m // Demo's model is shared
 		c.SetChatTemplate(t)
 		m = &c
 	}
 	return &Local{Model: m}, nil
-}
-
-// loadChatTemplate reads --chat-template: a built-in format's name, or a
-// Jinja file.
-func loadChatTemplate(name string) (*tokenizer.ChatTemplate, error) {
-	if t, err := tokenizer.BuiltinChatTemplate(name); err == nil {
-		return t, nil
-	}
-	src, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("--chat-template %q: not one of the built-in formats %v and not a readable Jinja file: %w",
-			name, tokenizer.TemplateNames(), err)
-	}
-	t, err := tokenizer.NewChatTemplate(string(src))
-	if err != nil {
-		return nil, fmt.Errorf("--chat-template %s: %w", name, err)
-	}
-	return t, nil
 }
 
 func (l *Local) Tokenize(_ context.Context, req *Request) ([]uint32, error) {

@@ -8,6 +8,7 @@ import (
 
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
+	"kvrouter/internal/tokenizer"
 )
 
 // ErrConfig is wrapped by every configuration error; the message names the
@@ -51,8 +52,10 @@ const (
 	DefaultRestorePerToken  = 5 * time.Microsecond
 	DefaultEventsEndpoint   = "tcp://*:5557"
 	DefaultReplayEndpoint   = "tcp://*:5657"
-	DefaultChatTemplate     = "chatml"
-	maxTP                   = 64 // the catalog keeps one bit per TP shard
+	// DefaultChatTemplate is the demo tokenizer's format; a --tokenizer's
+	// model renders chats with its own template.
+	DefaultChatTemplate = "chatml"
+	maxTP               = 64 // the catalog keeps one bit per TP shard
 )
 
 // Config configures an Engine. Zero fields take the defaults above, except
@@ -105,6 +108,12 @@ type Config struct {
 	// of binding EventsEndpoint; the topic defaults to kv@<host>:<port>@<model>.
 	EventsConnect string
 
+	// Tokenizer is the model's tokenizer: a tokenizer.json or a model
+	// directory (with tokenizer_config.json and its chat template), as
+	// the engine loads them; "" is the embedded demo tokenizer.
+	Tokenizer string
+	// ChatTemplate overrides the model's chat template: a built-in format
+	// (chatml, qwen2, qwen2.5, qwen3, llama3, plain) or a Jinja file.
 	ChatTemplate string
 
 	Clock  Clock
@@ -153,9 +162,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReplayEndpoint == "" {
 		c.ReplayEndpoint = DefaultReplayEndpoint
-	}
-	if c.ChatTemplate == "" {
-		c.ChatTemplate = DefaultChatTemplate
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
@@ -243,3 +249,24 @@ func (c *Config) blockBytes() int { return c.KVBytesPerToken * c.BlockSize }
 
 // controlPort is the port of DP rank d's TP rank t runner.
 func (c *Config) controlPort(d, t int) int { return c.ControlPort + d*c.TP + t }
+
+// model loads the tokenizer and chat template the engine serves with.
+func (c *Config) model() (*tokenizer.Model, error) {
+	m := tokenizer.Demo()
+	if c.Tokenizer != "" {
+		var err error
+		if m, err = tokenizer.LoadModel(c.Tokenizer, ""); err != nil {
+			return nil, configErr("tokenizer", "%s: %v", c.Tokenizer, err)
+		}
+	}
+	if c.ChatTemplate != "" {
+		t, err := tokenizer.LoadChatTemplate(c.ChatTemplate)
+		if err != nil {
+			return nil, configErr("chat-template", "%s: %v", c.ChatTemplate, err)
+		}
+		copied := *m // the demo model is shared
+		copied.SetChatTemplate(t)
+		m = &copied
+	}
+	return m, nil
+}

@@ -24,8 +24,8 @@ import (
 type Engine struct {
 	cfg     Config
 	log     *slog.Logger
-	tok     *tokenizer.Tokenizer
-	tmpl    tokenizer.Template
+	model   *tokenizer.Model
+	tok     *tokenizer.Tokenizer // model.Tok
 	vocab   *vocab
 	ranks   []*rank
 	metrics *metrics
@@ -46,13 +46,13 @@ func Start(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tmpl, err := tokenizer.TemplateByName(cfg.ChatTemplate)
+	model, err := cfg.model()
 	if err != nil {
-		return nil, configErr("chat-template", "%v", err)
+		return nil, err
 	}
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:])
-	e := &Engine{cfg: cfg, log: cfg.Logger, tok: tokenizer.Default(), tmpl: tmpl, nonce: hex.EncodeToString(nonce[:])}
+	e := &Engine{cfg: cfg, log: cfg.Logger, model: model, tok: model.Tok, nonce: hex.EncodeToString(nonce[:])}
 	e.vocab = newVocab(e.tok)
 	if e.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("mocker: --listen %s: %w", cfg.Listen, err)
