@@ -37,7 +37,7 @@ const (
 const Default = 5 * time.Minute
 
 // poll bounds how long a new model waits for its first check.
-const poll = 5 * time.Second
+const poll = time.Second
 
 // Status is the outcome of a model's last check.
 type Status struct {
