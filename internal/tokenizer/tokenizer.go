@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"kvrouter/internal/tokenizer/internal/pretok"
 )
 
 // Tokenizer encodes text into token ids and decodes them back. It is
@@ -15,8 +17,9 @@ import (
 type Tokenizer struct {
 	model      *bpe
 	added      *addedVocab
-	normalizer normalizer // nil: identity
-	pre        []preStep  // empty: the whole text is one piece
+	normalizer normalizer      // nil: identity
+	pre        []preStep       // empty: the whole text is one piece
+	pattern    *pretok.Pattern // onePattern(pre)
 	post       *postProcessor
 	decoder    []decodeStep
 	hasDecoder bool
@@ -72,6 +75,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 	if t.pre, byteLevel, err = parsePreTokenizer(f.PreTokenizer, "pre_tokenizer"); err != nil {
 		return nil, err
 	}
+	t.pattern = onePattern(t.pre)
 	if t.post, err = parsePostProcessor(f.PostProcessor, "post_processor"); err != nil {
 		return nil, err
 	}
@@ -172,6 +176,25 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 // encodes every piece. atStart says that s begins the input text, which
 // Metaspace's prepend_scheme "first" needs to know.
 func (t *Tokenizer) encodeText(dst []uint32, s string, atStart bool, sc *scratch) []uint32 {
+	if p := t.pattern; p != nil {
+		// Each piece to the model as soon as it is found.
+		last := 0
+		for i := 0; i < len(s); {
+			start, end := p.Next(s, i)
+			if start < 0 {
+				break
+			}
+			if start > last {
+				dst = t.model.encodeWord(dst, s[last:start], sc)
+			}
+			dst = t.model.encodeWord(dst, s[start:end], sc)
+			last, i = end, end
+		}
+		if last < len(s) {
+			dst = t.model.encodeWord(dst, s[last:], sc)
+		}
+		return dst
+	}
 	pieces := append(sc.pieces[:0], s)
 	for _, step := range t.pre {
 		next := sc.next[:0]
