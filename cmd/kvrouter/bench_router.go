@@ -84,6 +84,7 @@ The run takes setup time plus --warmup plus twice --duration.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client connections, each sending its next request when answered")
 	f.IntVar(&cfg.PromptTokens, "prompt-tokens", cfg.PromptTokens, "prompt length: a third system prompt, half history, the rest a new turn")
 	f.BoolVar(&cfg.Text, "text", false, "send prompts as text for the router to tokenize (default: token ids), with the demo tokenizer unless --tokenizer")
+	f.BoolVar(&cfg.NoPrefixCache, "no-prefix-cache", false, "tokenize every text prompt whole: the client cycles through 2,048 request bodies, so the tokenizer's prefix cache hits more than with real traffic")
 	f.StringVar(&cfg.Tokenizer, "tokenizer", "", "the router's tokenizer for text prompts, as 'kvrouter serve --tokenizer' takes it: a tokenizer.json or model directory (implies --text)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "workload seed")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the routed phase to this file")

@@ -45,7 +45,11 @@ type Config struct {
 	// serve --tokenizer` takes it (a tokenizer.json or model directory);
 	// "" is the simulated fleet's demo tokenizer. It implies Text.
 	Tokenizer string
-	Seed      uint64
+	// NoPrefixCache has the router tokenize every prompt whole: the
+	// workload's 2,048 request bodies come round again and again, which
+	// real traffic does not do as much.
+	NoPrefixCache bool
+	Seed          uint64
 	// Setup bounds how long the router may take to take the fleet in.
 	Setup time.Duration
 	// Profile, when set, gets a CPU profile of the routed phase alone.
@@ -90,7 +94,10 @@ type Result struct {
 	MeanTokens float64 `json:"mean_prompt_tokens"`
 	Input      string  `json:"input"`
 	Tokenizer  string  `json:"tokenizer,omitempty"`
-	Cores      int     `json:"cores"`
+	// PrefixCache says the router's tokenizer reused the ids of prompt
+	// prefixes it had seen.
+	PrefixCache bool `json:"prefix_cache"`
+	Cores       int  `json:"cores"`
 }
 
 func (c *Config) check() error {
@@ -131,6 +138,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		var err error
 		if local, err = frontdoor.LoadLocal(name, "", ""); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		if cfg.NoPrefixCache {
+			m := *local.Model
+			m.Tok = m.Tok.WithoutPrefixCache()
+			local = &frontdoor.Local{Model: &m}
 		}
 	}
 	w, err := newWorkload(cfg.Seed, cfg.PromptTokens, local)
@@ -243,6 +255,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			res.Tokenizer = frontdoor.TokenizerDemo
 		}
 		res.MeanTokens = float64(tokens) / bodies
+		res.PrefixCache = !cfg.NoPrefixCache
 	}
 	res.RouterCPUsPer1 = res.CPUsPer1k - res.ClientCPUsPer1
 	added, tok, dec := make([]time.Duration, len(ts)), make([]time.Duration, len(ts)), make([]time.Duration, len(ts))
@@ -259,7 +272,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func (r *Result) WriteTable(w io.Writer) error {
 	input := r.Input
 	if r.Input == "text" {
-		input = fmt.Sprintf("text (%.0f tokens on average, --tokenizer %s)", r.MeanTokens, r.Tokenizer)
+		input = fmt.Sprintf("text (%.0f tokens on average, --tokenizer %s, prefix cache %v)", r.MeanTokens, r.Tokenizer, r.PrefixCache)
 	}
 	_, err := fmt.Fprintf(w, `router cost: %d worker ranks (%d sources), %d-token prompts as %s, %d client connections, %d cores
   routed requests/s          %10.0f   (%d requests, %d errors, %d reached the null engine)

@@ -20,6 +20,7 @@ type Tokenizer struct {
 	normalizer normalizer      // nil: identity
 	pre        []preStep       // empty: the whole text is one piece
 	pattern    *pretok.Pattern // onePattern(pre)
+	prefix     *prefixCache    // nil unless prefixSafe
 	post       *postProcessor
 	decoder    []decodeStep
 	hasDecoder bool
@@ -94,6 +95,9 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		ids[id] = struct{}{}
 	}
 	t.vocabSize = len(ids)
+	if prefixSafe(t) {
+		t.prefix = new(prefixCache)
+	}
 	return t, nil
 }
 
@@ -144,6 +148,23 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 	}
 	ids := make([]uint32, 0, len(text)/4+4)
 	sc := scratchPool.Get().(*scratch)
+	if t.prefix != nil && len(text) >= minChunked {
+		ids = t.encodeChunked(ids, text, sc)
+	} else {
+		ids = t.encodeRaw(ids, text, sc)
+	}
+	clear(sc.pieces[:cap(sc.pieces)])
+	clear(sc.next[:cap(sc.next)])
+	scratchPool.Put(sc)
+	if addSpecial {
+		ids = t.post.apply(ids)
+	}
+	return ids
+}
+
+// encodeRaw appends the ids of text, valid UTF-8, without the
+// post-processor's tokens.
+func (t *Tokenizer) encodeRaw(ids []uint32, text string, sc *scratch) []uint32 {
 	atStart := true
 	t.added.raw.each(text, func(seg string, tok *addedToken) {
 		if tok != nil {
@@ -163,12 +184,6 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 			atStart = false
 		})
 	})
-	clear(sc.pieces[:cap(sc.pieces)])
-	clear(sc.next[:cap(sc.next)])
-	scratchPool.Put(sc)
-	if addSpecial {
-		ids = t.post.apply(ids)
-	}
 	return ids
 }
 
