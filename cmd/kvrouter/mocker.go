@@ -113,6 +113,7 @@ header, else the least loaded.`,
 	f.StringVar(&c.ReplayEndpoint, "kv-events-replay-endpoint", mocker.DefaultReplayEndpoint, "ZMQ ROUTER replay endpoint of DP rank 0 (rank r: port + r); \"none\" disables replay")
 	f.StringVar(&c.Topic, "kv-events-topic", "", "topic frame of every event message; empty, or kv@<advertise-host>:<http-port>@<model> with --kv-events-connect")
 	f.StringVar(&c.EventsConnect, "kv-events-connect", "", "dial this binding subscriber (llm-d style) instead of binding --kv-events-endpoint")
+	f.StringArrayVar(&c.LoRAs, "lora", nil, "a LoRA adapter served besides the model, by the name requests give it (repeatable): vLLM requests name it as their model, SGLang ones in lora_path or as model \"MODEL:ADAPTER\"; its blocks are cached and hashed apart, as the engines do")
 	f.StringVar(&c.Tokenizer, "tokenizer", "", "the model's tokenizer.json or model directory (tokenizer_config.json, chat template), as the engine loads them; empty: the embedded demo tokenizer, whose chat format is "+mocker.DefaultChatTemplate)
 	f.StringVar(&c.ChatTemplate, "chat-template", "", "override the model's chat template: chatml, qwen2, qwen2.5, qwen3, llama3, plain, or a Jinja file")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

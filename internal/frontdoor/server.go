@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -265,7 +267,7 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 // decide asks the routing decision core about a prepared request.
 func (s *Server) decide(p *prepared, exclude []string, explain bool) (*router.Decision, time.Duration, *apiError) {
 	start := time.Now()
-	d, err := s.Router.Decide(router.Request{Model: p.req.Model, Tokens: p.tokens, Salt: p.req.Salt,
+	d, err := s.Router.Decide(router.Request{Model: p.req.Model, LoRA: p.req.loraPath(), Tokens: p.tokens, Salt: p.req.Salt,
 		Exclude: exclude, Target: p.forced, Explain: explain})
 	took := time.Since(start)
 	s.Metrics.decision.Observe(took.Seconds())
@@ -345,10 +347,16 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		Object  string `json:"object"`
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
+		Parent  string `json:"parent,omitempty"`
 	}
 	data := []card{}
 	for _, m := range s.Router.Models() {
 		data = append(data, card{ID: m, Object: "model", OwnedBy: "kvrouter"})
+	}
+	// LoRA adapters as vLLM lists them: by name, with their base model.
+	adapters := s.Router.Adapters()
+	for _, a := range slices.Sorted(maps.Keys(adapters)) {
+		data = append(data, card{ID: a, Object: "model", OwnedBy: "kvrouter", Parent: adapters[a]})
 	}
 	WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }

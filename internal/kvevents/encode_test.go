@@ -6,6 +6,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 func mustEncode(tb testing.TB, f Format, b Batch) []byte {
@@ -211,6 +213,41 @@ func TestAppendIntForms(t *testing.T) {
 		got, err := r.str()
 		if err != nil || len(got) != n || r.left() != 0 {
 			t.Errorf("string of %d bytes read back as %d (%v)", n, len(got), err)
+		}
+	}
+}
+
+// TestEncodeLoRAExtraKeys: vLLM hashes an adapter's name with every block
+// of its requests, and the salt with a salted root block only, and says so
+// in extra_keys.
+func TestEncodeLoRAExtraKeys(t *testing.T) {
+	for _, tc := range []struct {
+		ev   Event
+		want []any
+	}{
+		{Event{HasParent: true, ParentHash: 4, LoRAName: "sql"}, []any{[]any{"sql"}, []any{"sql"}}},
+		{Event{LoRAName: "sql", CacheSalt: "tenant-a"}, []any{[]any{"sql", "tenant-a"}, []any{"sql"}}},
+		{Event{CacheSalt: "tenant-a"}, []any{[]any{"tenant-a"}, nil}},
+		{Event{}, []any{nil, nil}},
+	} {
+		ev := tc.ev
+		ev.Kind, ev.BlockHashes, ev.TokenIDs, ev.BlockSize, ev.Medium = KindStored, []uint64{5, 6}, []uint32{1, 2}, 1, "GPU"
+		payload, err := (&Encoder{Format: VLLMMap}).Encode(Batch{Events: []Event{ev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw []any
+		if err := msgpack.Unmarshal(payload, &raw); err != nil {
+			t.Fatal(err)
+		}
+		stored := raw[1].([]any)[0].(map[string]any)
+		if got := stored[keyExtraKeys]; !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%+v: extra_keys %#v, want %#v", tc.ev, got, tc.want)
+		}
+		var d Decoder
+		b, err := d.Decode(payload)
+		if err != nil || b.Events[0].LoRAName != tc.ev.LoRAName || b.Events[0].CacheSalt != tc.ev.CacheSalt || b.Events[0].BlockExtra != nil {
+			t.Errorf("%+v: decoded %+v, %v", tc.ev, b.Events, err)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"kvrouter/internal/kvevents"
@@ -112,6 +114,11 @@ type Config struct {
 	// directory (with tokenizer_config.json and its chat template), as
 	// the engine loads them; "" is the embedded demo tokenizer.
 	Tokenizer string
+	// LoRAs are the LoRA adapters served besides Model, by the names
+	// requests give them (vLLM's --lora-modules NAME=PATH, SGLang's
+	// --lora-paths NAME=PATH).
+	LoRAs []string
+
 	// ChatTemplate overrides the model's chat template: a built-in format
 	// (chatml, qwen2, qwen2.5, qwen3, llama3, plain) or a Jinja file.
 	ChatTemplate string
@@ -204,6 +211,16 @@ func (c *Config) validate() error {
 			return configErr(f.flag, "must be at least 1, got %d", f.v)
 		}
 	}
+	seen := map[string]bool{c.Model: true}
+	for _, a := range c.LoRAs {
+		if a == "" || seen[a] || strings.ContainsAny(a, ":") {
+			return configErr("lora", "%q: want a name of its own, not the model's or another adapter's, without ':'", a)
+		}
+		seen[a] = true
+	}
+	if len(c.LoRAs) > 0 && c.format() == kvevents.SGLangArray {
+		return configErr("lora", "SGLang's array event form cannot carry lora_name; use --event-format %s", FormatMap)
+	}
 	if c.TP > maxTP {
 		return configErr("tp", "at most %d, got %d", maxTP, c.TP)
 	}
@@ -243,6 +260,35 @@ func (c *Config) vllmSeed() string {
 		return kvhash.VLLMDefaultSeed
 	}
 	return c.HashSeed
+}
+
+// loraID is vLLM's lora_int_id of an adapter: its position among LoRAs,
+// from 1.
+func (c *Config) loraID(name string) int64 {
+	return int64(slices.Index(c.LoRAs, name) + 1)
+}
+
+// adapter returns the LoRA adapter a request names, "" for the base
+// model, as the flavour's engine reads it: vLLM from model naming an
+// adapter; SGLang from model "base:adapter", else from lora_path.
+func (c *Config) adapter(model, loraPath string) (string, error) {
+	var lora string
+	switch {
+	case model == "" || model == c.Model:
+	case c.Flavor == VLLM && slices.Contains(c.LoRAs, model):
+		lora = model
+	case c.Flavor == SGLang && strings.HasPrefix(model, c.Model+":") && slices.Contains(c.LoRAs, model[len(c.Model)+1:]):
+		lora = model[len(c.Model)+1:]
+	default:
+		return "", fmt.Errorf("%w: the model %q does not exist; this engine serves %q (LoRA adapters: %v)", errModelNotFound, model, c.Model, c.LoRAs)
+	}
+	if c.Flavor == SGLang && lora == "" && loraPath != "" {
+		if !slices.Contains(c.LoRAs, loraPath) {
+			return "", badRequest("lora_path: %q is not a loaded adapter (%v)", loraPath, c.LoRAs)
+		}
+		lora = loraPath
+	}
+	return lora, nil
 }
 
 func (c *Config) blockBytes() int { return c.KVBytesPerToken * c.BlockSize }

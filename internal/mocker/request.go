@@ -28,9 +28,11 @@ type commonBody struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N         *int   `json:"n"`
-	MaxTokens *int   `json:"max_tokens"`
-	CacheSalt string `json:"cache_salt"`
+	N *int `json:"n"`
+	// LoRAPath is SGLang's adapter field: a name, or a batch's list.
+	LoRAPath  json.RawMessage `json:"lora_path"`
+	MaxTokens *int            `json:"max_tokens"`
+	CacheSalt string          `json:"cache_salt"`
 	// The router names the rank; SGLang's own field is data_parallel_rank.
 	DPRank           *int `json:"dp_rank"`
 	DataParallelRank *int `json:"data_parallel_rank"`
@@ -117,8 +119,12 @@ func (p *parser) chat(body []byte) (parsed, error) {
 
 func (p *parser) finish(b *commonBody, tokens []uint32, maxTokens *int) (parsed, error) {
 	out := parsed{stream: b.Stream, includeUsage: b.StreamOptions != nil && b.StreamOptions.IncludeUsage}
-	if b.Model != "" && b.Model != p.cfg.Model {
-		return out, fmt.Errorf("%w: the model %q does not exist; this engine serves %q", errModelNotFound, b.Model, p.cfg.Model)
+	path, err := loraPath(b.LoRAPath)
+	if err != nil {
+		return out, err
+	}
+	if out.lora, err = p.cfg.adapter(b.Model, path); err != nil {
+		return out, err
 	}
 	if b.N != nil && *b.N != 1 {
 		return out, badRequest("n: only 1 is supported, got %d", *b.N)
@@ -241,8 +247,8 @@ func (p *parser) tokenize(body []byte) ([]uint32, error) {
 	if err := decodeBody(body, &b); err != nil {
 		return nil, err
 	}
-	if b.Model != "" && b.Model != p.cfg.Model {
-		return nil, fmt.Errorf("%w: the model %q does not exist; this engine serves %q", errModelNotFound, b.Model, p.cfg.Model)
+	if _, err := p.cfg.adapter(b.Model, ""); err != nil {
+		return nil, err
 	}
 	switch {
 	case b.Prompt != nil && b.Messages != nil:
@@ -293,13 +299,33 @@ func (p *parser) evict(body []byte) (evictRequest, error) {
 	case b.Prompt != nil && b.Tokens != nil:
 		return out, badRequest("give prompt or tokens, not both")
 	case b.Prompt != nil:
-		out.keys = p.cfg.engineHashes(p.model.EncodeText(*b.Prompt, true), b.CacheSalt)
+		out.keys = p.cfg.engineHashes(p.model.EncodeText(*b.Prompt, true), b.CacheSalt, "")
 	case b.Tokens != nil:
-		out.keys = p.cfg.engineHashes(b.Tokens, b.CacheSalt)
+		out.keys = p.cfg.engineHashes(b.Tokens, b.CacheSalt, "")
 	}
 	if out.keys == nil && (b.Prompt != nil || b.Tokens != nil) {
 		out.keys = []uint64{} // shorter than a block: nothing, not everything
 	}
 	out.dpRank = b.DPRank
 	return out, nil
+}
+
+// loraPath reads SGLang's lora_path: a string, or a list holding one.
+func loraPath(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var list []*string
+	if json.Unmarshal(raw, &list) == nil && len(list) == 1 {
+		if list[0] == nil {
+			return "", nil
+		}
+		return *list[0], nil
+	}
+	return "", badRequest("lora_path: want an adapter's name, or a list of one")
 }

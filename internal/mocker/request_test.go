@@ -149,7 +149,7 @@ func TestParseTokenizeAndEvict(t *testing.T) {
 	}
 
 	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	keys := p.cfg.engineHashes(tokens, "")
+	keys := p.cfg.engineHashes(tokens, "", "")
 	cases := []struct {
 		body        string
 		gpu, runner bool

@@ -78,7 +78,7 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 		return e, i
 	}
 	b := best{ties: ld.ties[:0]}
-	filtered := req.Target != "" || len(req.Exclude) > 0
+	filtered := req.filtered()
 	w := &r.cfg.Weights
 	var c cost.Candidate
 	for _, e := range ents {
@@ -127,7 +127,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		clear(ld.mark)
 		ld.gen = 1
 	}
-	filtered := req.Target != "" || len(req.Exclude) > 0
+	filtered := req.filtered()
 	b := best{ties: ld.ties[:0]}
 	var c cost.Candidate
 	price := func(h tie) {

@@ -57,6 +57,7 @@ type Router struct {
 	mu       sync.RWMutex
 	workers  map[string]*entry
 	models   map[string][]*entry // sorted by id
+	adapters map[string]string   // LoRA adapter -> the model of the workers listing it
 	ready    map[index.Source]bool
 	owners   map[string]*owner
 	policies map[int]hints.Policy
@@ -178,9 +179,12 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 		old = nil
 	}
 	e := old
+	var loras []string
 	if e == nil {
 		e = &entry{}
 		r.workers[w.ID] = e
+	} else {
+		loras = e.w.LoRAs
 	}
 	if err := r.apply(e, w, old != nil, now); err != nil {
 		// A registration the router cannot take in full is not taken at
@@ -189,7 +193,7 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 		r.removeLocked(w.ID, now)
 		return err
 	}
-	if old == nil {
+	if old == nil || !slices.Equal(loras, w.LoRAs) {
 		r.indexModels()
 	}
 	return nil
@@ -396,12 +400,24 @@ func (r *Router) Models() []string {
 	return slices.Sorted(maps.Keys(r.models))
 }
 
+// Adapters returns the LoRA adapters workers list, each with its base
+// model.
+func (r *Router) Adapters() map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return maps.Clone(r.adapters)
+}
+
 func (r *Router) trusted(o Origin) bool { return o != OriginDiscovery || r.live }
 
 func (r *Router) indexModels() {
 	clear(r.models)
+	r.adapters = map[string]string{}
 	for _, e := range r.workers {
 		r.models[e.w.Model] = append(r.models[e.w.Model], e)
+		for _, a := range e.w.LoRAs {
+			r.adapters[a] = e.w.Model
+		}
 	}
 	for _, es := range r.models {
 		slices.SortFunc(es, func(a, b *entry) int {

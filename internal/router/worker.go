@@ -93,6 +93,10 @@ type Worker struct {
 	Owners map[int]string
 	// Refusal says why the worker takes part in routing without hints.
 	Refusal string
+	// LoRAs are the LoRA adapters the engine serves besides Model, by the
+	// names requests give them (vLLM lists them in /v1/models with Model
+	// as their parent).
+	LoRAs []string
 }
 
 // Validate checks what routing needs.

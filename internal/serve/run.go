@@ -208,8 +208,11 @@ func (o *Options) newTokenizer(client *http.Client, r *router.Router) (tok front
 				errOptions, frontdoor.TokenizerEngine)
 		}
 		return frontdoor.NewEngine(client, func(model string) []frontdoor.EngineTarget {
+			// An adapter's workers are its base model's; vLLM's /tokenize
+			// takes the adapter's name as the model.
+			base, _, _ := r.Resolve(model, "")
 			var ts []frontdoor.EngineTarget
-			for _, w := range r.WorkersOf(model) {
+			for _, w := range r.WorkersOf(base) {
 				ts = append(ts, frontdoor.EngineTarget{URL: w.URL, Chats: w.Engine != router.EngineSGLang})
 			}
 			return ts

@@ -14,8 +14,8 @@ import (
 	"kvrouter/internal/tokcheck"
 )
 
-// startMocker starts a simulated engine with a tokenizer on loopback.
-func startMocker(t *testing.T, tokenizer, chatTemplate string) *mocker.Engine {
+// startMocker starts a simulated vLLM engine on loopback.
+func startMocker(t *testing.T, edit func(*mocker.Config)) *mocker.Engine {
 	t.Helper()
 	port := func() int {
 		l, err := net.Listen("tcp", ":0")
@@ -25,8 +25,12 @@ func startMocker(t *testing.T, tokenizer, chatTemplate string) *mocker.Engine {
 		defer l.Close()
 		return l.Addr().(*net.TCPAddr).Port
 	}
-	m, err := mocker.Start(mocker.Config{Listen: "127.0.0.1:0", Flavor: mocker.VLLM, Tokenizer: tokenizer, ChatTemplate: chatTemplate,
-		ControlPort: port(), EventsEndpoint: "tcp://127.0.0.1:" + strconv.Itoa(port()), ReplayEndpoint: "none", Logger: slog.New(slog.DiscardHandler)})
+	cfg := mocker.Config{Listen: "127.0.0.1:0", Flavor: mocker.VLLM, ControlPort: port(),
+		EventsEndpoint: "tcp://*:" + strconv.Itoa(port()), ReplayEndpoint: "none", Logger: slog.New(slog.DiscardHandler)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, err := mocker.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +52,7 @@ func TestTokenizerCheck(t *testing.T) {
 		{"engine", frontdoor.TokenizerEngine, "", false, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := startMocker(t, tc.engineTok, "chatml")
+			m := startMocker(t, func(c *mocker.Config) { c.Tokenizer, c.ChatTemplate = tc.engineTok, "chatml" })
 			ws, err := direct.ParseWorkerSpec("url=" + m.URL())
 			if err != nil {
 				t.Fatal(err)
