@@ -5,6 +5,7 @@
 package tokenizer
 
 import (
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -47,8 +48,8 @@ const (
 	prefixSets = 1 << prefixBits
 	// minChunk is the fewest bytes between cuts; cuts then fall about one
 	// in cutEvery word ends further on.
-	minChunk = 48
-	cutEvery = 16
+	minChunk = 64
+	cutEvery = 32
 	// minChunked is the shortest text worth cutting.
 	minChunked = 4 * minChunk
 )
@@ -66,10 +67,15 @@ func (c *prefixCache) table() *[prefixSets]prefixSet {
 }
 
 func (s *prefixSet) get(k0, k1 uint64) []uint32 {
-	for i := range s {
-		if e := s[i].Load(); e != nil && e.k0 == k0 && e.k1 == k1 {
-			return e.ids
-		}
+	if e := s[0].Load(); e != nil && e.k0 == k0 && e.k1 == k1 {
+		return e.ids
+	}
+	if e := s[1].Load(); e != nil && e.k0 == k0 && e.k1 == k1 {
+		// Used again: first in its set, so that the chunks every prompt
+		// shares (a system prompt) outlive those seen once.
+		s[1].Store(s[0].Load())
+		s[0].Store(e)
+		return e.ids
 	}
 	return nil
 }
@@ -115,16 +121,38 @@ func isASCIILetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
 // reads nothing past the cut, so that a prefix is cut alike whatever
 // follows.
 func nextCut(text string, from int) int {
-	for i := from + minChunk; i < len(text); i++ {
-		if text[i] != ' ' || !isASCIILetter(text[i-1]) {
-			continue
+	i := from + minChunk
+	// Eight bytes at a time to the next space: most bytes are not one.
+	for ; i+8 <= len(text); i += 8 {
+		w := uint64(text[i]) | uint64(text[i+1])<<8 | uint64(text[i+2])<<16 | uint64(text[i+3])<<24 |
+			uint64(text[i+4])<<32 | uint64(text[i+5])<<40 | uint64(text[i+6])<<48 | uint64(text[i+7])<<56
+		x := w ^ 0x2020202020202020 // a space becomes a zero byte
+		spaces := (x - 0x0101010101010101) &^ x & 0x8080808080808080
+		for spaces != 0 {
+			// The lowest flag is exact (a borrow only spoils the bytes
+			// above a zero byte); a false one above is rechecked.
+			k := i + bits.TrailingZeros64(spaces)>>3
+			if isCut(text, k) {
+				return k
+			}
+			spaces &= spaces - 1
 		}
-		h := (uint32(text[i-1]) | uint32(text[i-2])<<8 | uint32(text[i-3])<<16) * 0x9e3779b1
-		if h>>28 == 0 { // one in cutEvery
+	}
+	for ; i < len(text); i++ {
+		if isCut(text, i) {
 			return i
 		}
 	}
 	return -1
+}
+
+// isCut says whether the space-or-not at text[i], i >= 3, is a cut.
+func isCut(text string, i int) bool {
+	if text[i] != ' ' || !isASCIILetter(text[i-1]) {
+		return false
+	}
+	h := (uint32(text[i-1]) | uint32(text[i-2])<<8 | uint32(text[i-3])<<16) * 0x9e3779b1
+	return h>>27 == 0 // one in cutEvery
 }
 
 // Seeds of the two halves of the prefix hash.
@@ -133,9 +161,12 @@ const (
 	prefixSeed1 = 0x13198a2e03707344
 )
 
-// hashChunk chains a chunk onto the hash of the text before it.
+// hashChunk chains a chunk onto the hash of the text before it. A
+// collision would give a prompt another's ids, which only misroutes it:
+// the engine tokenizes for itself.
 func hashChunk(chunk string, k0, k1 uint64) (uint64, uint64) {
-	return xxh3.HashStringSeed(chunk, k0), xxh3.HashStringSeed(chunk, k1)
+	h := xxh3.HashString128Seed(chunk, k0^k1)
+	return h.Lo, h.Hi
 }
 
 // encodeChunked is encodeRaw through the prefix cache: the ids of the

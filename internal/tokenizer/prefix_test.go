@@ -154,3 +154,22 @@ func FuzzPrefixCache(f *testing.F) {
 		}
 	})
 }
+
+// TestNextCut: the word-at-a-time scan finds the cut the byte-at-a-time
+// definition does.
+func TestNextCut(t *testing.T) {
+	for _, text := range prefixTexts(t) {
+		for from := 0; from < len(text); from += 7 {
+			want := -1
+			for i := from + minChunk; i < len(text); i++ {
+				if isCut(text, i) {
+					want = i
+					break
+				}
+			}
+			if got := nextCut(text, from); got != want {
+				t.Fatalf("nextCut from %d of %.40q…: %d, want %d", from, text, got, want)
+			}
+		}
+	}
+}
