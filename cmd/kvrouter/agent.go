@@ -1,3 +1,5 @@
+// This file holds `kvrouter agent`: the state agent's flags and its run beside one engine worker.
+
 package main
 
 import (

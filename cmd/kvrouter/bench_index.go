@@ -1,3 +1,5 @@
+// This file holds `kvrouter bench index`: the inventory index's apply rate, match latency, memory.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// This file holds `kvrouter bench router`: the router service's own cost per routed request.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// This file holds `kvrouter bench routing`: routing policies compared on a local cluster.
+
 package main
 
 import (

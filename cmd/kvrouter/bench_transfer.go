@@ -1,3 +1,5 @@
+// This file holds `kvrouter bench transfer` and its source process: runner pull bandwidth.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// This file holds `kvrouter decode`: engine KV event batches from hex, files or ZMQ to JSON lines.
+
 package main
 
 import (
@@ -51,8 +53,11 @@ ownership) or skips (unknown type) are left out of the output.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d := &kvevents.Decoder{MaxPayload: maxPayload}
 			if zmqEndpoint != "" {
+				// The transport limit stays above --max-payload: an
+				// oversize payload is the decoder's to report.
+				limits := kvstream.Limits{MaxMessageSize: max(kvstream.DefaultMaxMessageSize, int64(maxPayload)+1<<16)}
 				src, err := newZMQSource(cmd.Context(), kvstream.Config{Endpoint: zmqEndpoint, Bind: bind, Topic: topic,
-					ReplayEndpoint: replay}, count, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+					ReplayEndpoint: replay, Limits: limits}, count, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
 				if err != nil {
 					return err
 				}

@@ -1,3 +1,5 @@
+// This file holds decode's --zmq input: a live engine stream tailed as a kvevents.Source.
+
 package main
 
 import (
@@ -20,6 +22,8 @@ type zmqSource struct {
 	left   int // frames still to yield; <0 means no limit
 	log    *slog.Logger
 }
+
+var _ kvevents.Source = (*zmqSource)(nil)
 
 func newZMQSource(ctx context.Context, cfg kvstream.Config, count int, log *slog.Logger) (*zmqSource, error) {
 	cfg.Logger = log

@@ -1,3 +1,5 @@
+// This file holds `kvrouter demo`: a whole local cluster, its workload and the seed scenario.
+
 package main
 
 import (

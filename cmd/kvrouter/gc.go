@@ -1,3 +1,5 @@
+// This file holds --gc-percent: the router's garbage-collector target and why it is 400.
+
 package main
 
 import (

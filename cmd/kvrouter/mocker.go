@@ -1,3 +1,5 @@
+// This file holds `kvrouter mocker`: a simulated vLLM/SGLang engine with a real KV cache runner.
+
 package main
 
 import (
@@ -11,13 +13,30 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvrouter/internal/mocker"
+	"kvrouter/internal/runner"
 )
+
+// runnerSecret is the runner secret from --runner-secret-file, else the
+// environment, else the deprecated --runner-secret; at most one flag.
+func runnerSecret(file, arg string) (string, error) {
+	if arg != "" {
+		if file != "" {
+			return "", fmt.Errorf("--runner-secret and --runner-secret-file both given; keep --runner-secret-file")
+		}
+		return arg, nil
+	}
+	secret, _, err := runner.SecretFrom(file, os.LookupEnv)
+	if err != nil {
+		return "", fmt.Errorf("--runner-secret-file or %s: %w", runner.SecretEnv, err)
+	}
+	return string(secret), nil
+}
 
 func init() { commands = append(commands, newMockerCmd) }
 
 func newMockerCmd() *cobra.Command {
 	var c mocker.Config
-	var flavor, logLevel string
+	var flavor, logLevel, secretFile, secretArg string
 	var prefillUS, decodeMS, restoreUS, pullSetupMS float64
 	cmd := &cobra.Command{
 		Use:   "mocker",
@@ -29,7 +48,10 @@ computed block is written through to a real KV cache runner (one shard per TP
 rank, serving peers on --control-port + attention rank, attention rank =
 dp_rank*tp + tp_rank), and a request's kv.fetch hint makes the runner pull blocks
 from the named peer over TCP. Output tokens depend on the KV bytes the GPU pool
-holds, so a wrong restore would change the answer.
+holds, so a wrong restore would change the answer. Runners prove a shared secret
+to each other, read from --runner-secret-file or KVROUTER_RUNNER_SECRET (never
+the command line, which every local user can list); runners bound beyond
+loopback refuse to start without one unless --runner-insecure is given.
 
 Simulated time: prefill (--prefill-us-per-token), decode steps
 (--decode-ms-per-token), restores into the GPU pool (--restore-us-per-token) and
@@ -69,6 +91,11 @@ header, else the least loaded.`,
 			c.DecodePerToken = time.Duration(decodeMS * float64(time.Millisecond))
 			c.RestorePerToken = time.Duration(restoreUS * float64(time.Microsecond))
 			c.PullSetup = time.Duration(pullSetupMS * float64(time.Millisecond))
+			secret, err := runnerSecret(secretFile, secretArg)
+			if err != nil {
+				return err
+			}
+			c.RunnerSecret = secret
 			e, err := mocker.Start(c)
 			if err != nil {
 				return err
@@ -101,7 +128,10 @@ header, else the least loaded.`,
 	f.IntVar(&c.ControlPort, "control-port", mocker.DefaultControlPort, "base port of the runners' peer control endpoints: DP rank d, TP rank t binds this + d*tp + t")
 	f.StringVar(&c.ControlHost, "control-host", "", "bind host of the runners; empty binds the advertise host when it is loopback, else every interface")
 	f.StringVar(&c.AdvertiseHost, "advertise-host", mocker.DefaultAdvertiseHost, "host peers and subscribers dial (runner control endpoints, events bound to a wildcard)")
-	f.StringVar(&c.RunnerSecret, "runner-secret", "", "shared secret peers must prove before pulling blocks (HMAC handshake); empty disables")
+	f.StringVar(&secretFile, "runner-secret-file", "", "file holding the shared secret runners prove to each other before pulling blocks (HMAC handshake; surrounding whitespace ignored); else the "+runner.SecretEnv+" environment variable; required when the runners bind beyond loopback")
+	f.StringVar(&secretArg, "runner-secret", "", "the shared secret itself")
+	_ = f.MarkDeprecated("runner-secret", "the process list shows it to every local user; use --runner-secret-file or "+runner.SecretEnv)
+	f.BoolVar(&c.RunnerInsecure, "runner-insecure", false, "let runners bound beyond loopback serve blocks without a shared secret, to anyone who reaches their ports")
 	f.Uint64Var(&c.ModelSeed, "model-seed", 0, "seed of the simulated weights: instances with different seeds hold different KV bytes for the same prompt")
 	f.StringVar(&c.HashSeed, "hash-seed", "", "vLLM PYTHONHASHSEED for sha256_cbor block hashes; empty uses vLLM's default \"vllm-none-hash\" (sglang ignores it)")
 	f.Float64Var(&prefillUS, "prefill-us-per-token", float64(mocker.DefaultPrefillPerToken/time.Microsecond), "simulated prefill cost per prompt token computed, in microseconds")

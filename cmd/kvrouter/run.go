@@ -1,3 +1,5 @@
+// This file holds what every command shares: its interruptible context and its stderr logger.
+
 package main
 
 import (

@@ -1,15 +1,43 @@
+// This file holds `kvrouter serve`: the router service's flags, turned into serve.Options.
+
 package main
 
 import (
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"kvrouter/internal/direct"
+	"kvrouter/internal/index"
 	"kvrouter/internal/serve"
+	"kvrouter/internal/sysmem"
 )
+
+// indexBudget resolves --index-memory: positive as given, negative as
+// unbounded (0 to the router), 0 derived from the machine's memory and the
+// collector's target, once the latter is applied.
+func indexBudget(flag int64, log *slog.Logger) int64 {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0:
+		return 0
+	}
+	avail, err := sysmem.Limit()
+	if err != nil {
+		log.Warn("index memory unbounded: the machine's memory is unknown; set --index-memory", "err", err)
+		return 0
+	}
+	gc := debug.SetGCPercent(100)
+	debug.SetGCPercent(gc)
+	budget := index.DefaultMaxBytes(avail, gc)
+	log.Info("index memory budget (--index-memory)", "bytes", budget, "machine_bytes", avail, "gc_percent", gc,
+		"blocks_one_holder", budget/(index.BytesPerBlock+index.BytesPerPair))
+	return budget
+}
 
 func init() { commands = append(commands, newServeCmd) }
 
@@ -17,9 +45,10 @@ func newServeCmd() *cobra.Command {
 	var gcPercent *int
 	o := serve.Defaults()
 	var (
-		workers  []string
-		setupMS  float64
-		logLevel string
+		workers     []string
+		setupMS     float64
+		logLevel    string
+		indexMemory int64
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -73,10 +102,23 @@ one of its engines' /tokenize at start and every --tokenizer-check-interval:
 a mismatch is logged with its first differing position and sets
 kvrouter_tokenizer_mismatch{model}.
 
-Operator views: GET /debug/workers, POST /debug/route (the decision for a
-request body, nothing sent), GET /metrics (Prometheus), GET /healthz.
+Workers that die are marked down: at once when one refuses a connection, or
+after --health-down-after failed probes of its GET /health (every
+--health-interval; a timeout or a 5xx fails, any other answer passes). A down
+worker is chosen for no request and names no hint source; it is probed with
+back-off (250ms doubling to 10s) and comes back at its first answer. A request
+refused by a worker goes to another; so does, once, one whose connection broke
+before any byte of the answer (--retry-reset). A stream that breaks off after
+part of it went out ends with an error event, data: {"error": {...}}, and no
+[DONE].
+
+Operator views: GET /debug/workers (each worker's health, ranks and caches),
+POST /debug/route (the decision for a request body, nothing sent), GET /metrics
+(Prometheus), GET /healthz (liveness: 200 while the process serves), GET
+/readyz (200 once at least one worker is registered and not down, else 503 with
+a JSON reason).
 A client may force the worker with the header x-kvrouter-target: <worker id>
-when --allow-target-override is set.`,
+when --allow-target-override is set; a forced worker is tried even when down.`,
 		Example: `  kvrouter serve --worker url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557
   kvrouter serve --nats nats://nats:4222 --listen :8080 --hint-policy min-blocks --hint-min-blocks 4
   kvrouter serve --worker url=http://10.0.0.6:8000,events=tcp://10.0.0.6:5557 --tokenizer ./Qwen3-8B`,
@@ -98,6 +140,7 @@ when --allow-target-override is set.`,
 				o.Workers = append(o.Workers, spec)
 			}
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
+			o.MaxIndexBytes = indexBudget(indexMemory, o.Log)
 			ctx, stop := interruptible(cmd)
 			defer stop()
 			return serve.Run(ctx, o)
@@ -133,9 +176,17 @@ when --allow-target-override is set.`,
 	f.DurationVar(&o.ApproxTTL, "approx-ttl", o.ApproxTTL, "approximate mode: how long a routed request's blocks are assumed cached")
 	f.DurationVar(&o.DetachedOwnerTTL, "detached-owner-ttl", o.DetachedOwnerTTL, "how long a departed worker's cache owners stay hint sources; 0 drops them at once")
 	f.DurationVar(&o.UpstreamIdleTimeout, "upstream-idle-timeout", o.UpstreamIdleTimeout, "reuse a keep-alive connection to an engine only if idle less than this; keep it below the engine's keep-alive (uvicorn: 5s) and any proxy's in front of it (kvrouter_upstream_resends_total rising says it is too long)")
+	f.DurationVar(&o.HealthInterval, "health-interval", o.HealthInterval, "probe each worker's GET /health this often; 0 probes only workers marked down by a refused connection")
+	f.DurationVar(&o.HealthTimeout, "health-timeout", o.HealthTimeout, "a health probe not answered within this fails")
+	f.IntVar(&o.HealthDownAfter, "health-down-after", o.HealthDownAfter, "failed health probes in a row that mark a worker down (a refused connection marks it at once)")
+	f.BoolVar(&o.RetryReset, "retry-reset", o.RetryReset, "send a request whose connection to a worker broke before any byte of the answer to another worker, once")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
 	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
-	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is unbounded")
+	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is no block cap (--index-memory still bounds the index)")
+	f.Int64Var(&indexMemory, "index-memory", 0, "cap on each (model, block size) index's estimated memory, in bytes, least recently matched blocks evicted first; "+
+		"0 derives it from the machine: half the memory the process may use (the smaller of /proc/meminfo's MemTotal and the cgroup's memory limit) "+
+		"divided by the heap growth --gc-percent allows, a tenth of it at the default 400 (a block costs ~105 bytes held by one source, ~45 more per further source); "+
+		"negative is unbounded")
 	f.StringVar(&o.Replica, "replica", "", "this router service's name among replicas sharing load on NATS; empty picks a random one")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

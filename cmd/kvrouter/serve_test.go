@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"kvrouter/internal/index"
+	"kvrouter/internal/sysmem"
 )
 
 // TestServeRefusesBadFlags: a configuration that cannot start fails before
@@ -96,5 +100,26 @@ func TestApplyGC(t *testing.T) {
 	}
 	if got := debug.SetGCPercent(100); got != 50 {
 		t.Fatalf("GOGC=50 overridden: %d", got)
+	}
+}
+
+// TestIndexBudget: --index-memory as given, negative unbounded, 0 derived
+// from the machine (on Linux, where /proc/meminfo tells it).
+func TestIndexBudget(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	if got := indexBudget(1<<30, log); got != 1<<30 {
+		t.Errorf("explicit: %d", got)
+	}
+	if got := indexBudget(-1, log); got != 0 {
+		t.Errorf("negative: %d, want 0 (unbounded)", got)
+	}
+	avail, err := sysmem.Limit()
+	if err != nil {
+		t.Skipf("machine memory unknown here: %v", err)
+	}
+	gc := debug.SetGCPercent(100)
+	debug.SetGCPercent(gc)
+	if got, want := indexBudget(0, log), index.DefaultMaxBytes(avail, gc); got != want || got <= 0 {
+		t.Errorf("derived: %d, want %d", got, want)
 	}
 }

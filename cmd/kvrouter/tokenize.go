@@ -1,3 +1,5 @@
+// This file holds `kvrouter tokenize`: a prompt or chat request tokenized as the engine would.
+
 package main
 
 import (

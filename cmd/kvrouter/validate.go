@@ -1,3 +1,5 @@
+// This file holds `kvrouter validate`: an engine configuration checked, its descriptor printed.
+
 package main
 
 import (

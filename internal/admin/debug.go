@@ -224,8 +224,35 @@ type workerJSON struct {
 	Placement  string      `json:"placement"`
 	Refusal    string      `json:"refusal,omitempty"`
 	Trusted    bool        `json:"trusted"`
+	Health     healthJSON  `json:"health"`
 	Ranks      []rankJSON  `json:"ranks"`
 	Owners     []ownerJSON `json:"owners"`
+}
+
+// healthJSON is a worker's health: "up" or "down", since when (absent when
+// it never changed), why, and when it is probed next.
+type healthJSON struct {
+	State     string     `json:"state"`
+	Since     *time.Time `json:"since,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	Failures  int        `json:"failures"`
+	NextProbe *time.Time `json:"next_probe,omitempty"`
+}
+
+func healthOf(h router.Health) healthJSON {
+	out := healthJSON{State: "up", Reason: h.Reason, Failures: h.Failures}
+	if h.Down {
+		out.State = "down"
+	}
+	if !h.Since.IsZero() {
+		t := h.Since
+		out.Since = &t
+	}
+	if !h.NextProbe.IsZero() {
+		t := h.NextProbe
+		out.NextProbe = &t
+	}
+	return out
 }
 
 func ownerOf(o router.OwnerView) ownerJSON {
@@ -260,7 +287,7 @@ func (v *Views) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 		wj := workerJSON{ID: wv.ID, Model: wv.Model, URL: wv.URL, Engine: wv.Engine, Origin: wv.Origin.String(), Mode: wv.Mode.String(),
 			BlockSize: wv.BlockSize, DPStart: wv.DPStart, DPSize: wv.DPSize, Type: wv.Capability.Type.String(),
 			CanConsume: wv.Capability.CanConsume, Placement: wv.Placement.String(), Refusal: wv.Refusal, Trusted: wv.Trusted,
-			Ranks: []rankJSON{}, Owners: []ownerJSON{}}
+			Health: healthOf(wv.Health), Ranks: []rankJSON{}, Owners: []ownerJSON{}}
 		for _, rv := range wv.Ranks {
 			rj := rankJSON{DPRank: rv.Rank, Endpoint: rv.Endpoint, Ready: rv.Ready, Blocks: blocksOf(rv.Blocks),
 				InFlight: loadJSON{rv.Load.PrefillTokens, rv.Load.DecodeBlocks, rv.Load.Requests}}

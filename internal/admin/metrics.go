@@ -27,14 +27,15 @@ var _ prometheus.Collector = (*stateCollector)(nil)
 var (
 	descBlocks    = prometheus.NewDesc("kvrouter_index_blocks", "Indexed block residencies by tier (as of the last size refresh).", []string{"tier"}, nil)
 	descWorkers   = prometheus.NewDesc("kvrouter_workers", "Workers by mode: events (the router sees their KV events) or approximate (it guesses from its own decisions).", []string{"mode"}, nil)
+	descDown      = prometheus.NewDesc("kvrouter_workers_down", "Workers marked down: they refused a connection or failed their health probes, and get no requests.", nil, nil)
 	descSources   = prometheus.NewDesc("kvrouter_sources", "Inventory sources (worker ranks and cache owners) with events.", nil, nil)
-	descNotReady  = prometheus.NewDesc("kvrouter_sources_not_ready", "Sources that give no hints now: stream resyncing, gap not healed, or discovery watch lost.", nil, nil)
+	descNotReady  = prometheus.NewDesc("kvrouter_sources_not_ready", "Sources that give no hints now: stream resyncing, gap not healed, worker down, or discovery watch lost.", nil, nil)
 	descDetached  = prometheus.NewDesc("kvrouter_detached_owners", "Cache owners whose worker left, still hint sources until their TTL.", nil, nil)
 	descDiscovery = prometheus.NewDesc("kvrouter_discovery_live", "1 while the discovery watch is in step, 0 while it is lost.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBlocks, descWorkers, descSources, descNotReady, descDetached, descDiscovery} {
+	for _, d := range []*prometheus.Desc{descBlocks, descWorkers, descDown, descSources, descNotReady, descDetached, descDiscovery} {
 		ch <- d
 	}
 }
@@ -47,6 +48,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, mode := range []router.Mode{router.ModeEvents, router.ModeApproximate} {
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(st.WorkersByMode[mode]), mode.String())
 	}
+	ch <- prometheus.MustNewConstMetric(descDown, prometheus.GaugeValue, float64(st.WorkersDown))
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(st.Sources))
 	ch <- prometheus.MustNewConstMetric(descNotReady, prometheus.GaugeValue, float64(st.NotReady))
 	ch <- prometheus.MustNewConstMetric(descDetached, prometheus.GaugeValue, float64(st.DetachedOwners))

@@ -1,3 +1,5 @@
+// This file holds the agent's options and its run: configuration, registration, event relay.
+
 package agent
 
 import (

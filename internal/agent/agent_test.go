@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"kvrouter/internal/discovery"
+	"kvrouter/internal/ingest"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/relay"
 	"kvrouter/internal/workerconfig"
@@ -54,7 +55,7 @@ func TestAgentRelaysSGLangLinker(t *testing.T) {
 	e.publish("", e.ev("store", false, "X"))
 	c.expect(s, "the owner reset after the rejected batch", c.owner, "", true)
 	c.expect(s, "the store after the rejected batch", c.worker, "X@0", true)
-	if st := c.agent.Stats(); st.Rejected[RejectBlockSize] != 1 || st.Resets[ResetRejected] != 1 {
+	if st := c.agent.Stats(); st.Counts[ingest.RejectBlockSize] != 1 || st.Counts[ingest.ResetRejected] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 
@@ -99,7 +100,7 @@ func TestAgentUnhealableGapAndRestart(t *testing.T) {
 	e.publish("", e.ev("store", false, "C"), e.ev("store", false, "Y"))
 	// B's removal is lost: the rank is reset and rebuilt; C (under B, from
 	// before the reset) is skipped, Y stored under lost X is skipped too.
-	eventually(t, "the unrecoverable gap", func() bool { return c.agent.Stats().Resets[ResetUnrecoverable] == 1 })
+	eventually(t, "the unrecoverable gap", func() bool { return c.agent.Stats().Counts[ingest.ResetUnrecoverable] == 1 })
 	e.publish("", e.ev("store", false, "A"))
 	c.expect(s, "the rebuilt inventory", c.worker, "A@0", true)
 
@@ -113,8 +114,8 @@ func TestAgentUnhealableGapAndRestart(t *testing.T) {
 	c.expect(s, "the reset after the restart", c.worker, "", true)
 	e.publish("", e.ev("store", false, "X", "Y"))
 	c.expect(s, "the new process's inventory", c.worker, "X@0 Y@0", true)
-	if st := c.agent.Stats(); st.Resets[ResetRestart]+st.Resets[ResetReconnected] == 0 {
-		t.Fatalf("no restart reset: %+v", st.Resets)
+	if st := c.agent.Stats(); st.Counts[ingest.ResetRestart]+st.Counts[ingest.ResetReconnected] == 0 {
+		t.Fatalf("no restart reset: %+v", st.Counts)
 	}
 }
 
@@ -219,8 +220,8 @@ func TestAgentRegistration(t *testing.T) {
 	s := c2.follow()
 	e2.publish("", e2.ev("store", false, "A"), e2.ev("store", true, "A"))
 	c2.expect(s, "the refused worker's own inventory", c2.worker, "A@0", true)
-	if st := c2.agent.Stats(); st.Dropped[DropNoOwner] != 1 {
-		t.Fatalf("stats %+v", st.Dropped)
+	if st := c2.agent.Stats(); st.Counts[ingest.DropNoOwner] != 1 {
+		t.Fatalf("stats %+v", st.Counts)
 	}
 }
 
@@ -234,8 +235,8 @@ func TestAgentEngineDown(t *testing.T) {
 	c.expect(s, "A", c.worker, "A@0", true)
 	e.sick.Store(true)
 	c.expect(s, "the inventory withdrawn", c.worker, "", false)
-	if st := c.agent.Stats(); st.Resets[ResetEngineDown] != 1 {
-		t.Fatalf("resets %+v", st.Resets)
+	if st := c.agent.Stats(); st.Counts[ingest.ResetEngineDown] != 1 {
+		t.Fatalf("resets %+v", st.Counts)
 	}
 	e.sick.Store(false)
 	eventually(t, "the engine back", func() bool {

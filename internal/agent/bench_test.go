@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/ingest"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
@@ -27,7 +29,7 @@ func (p *countPlane) Commit(_ index.Source, _ relay.Kind, _ []index.Op, change f
 // pages, and evicts the pages of a request 64 batches older.
 func BenchmarkCoreHandle(b *testing.B) {
 	d := descriptor(b, workerconfig.EngineSGLang, "sglang_linker_tp1")
-	enc := kvevents.Encoder{Format: kvevents.SGLangMap}
+	enc := kvencode.Encoder{Format: kvencode.SGLangMap}
 	const chains, perBatch = 64, 4
 	var msgs []kvstream.Message
 	hash := uint64(1)
@@ -76,7 +78,7 @@ func BenchmarkCoreHandle(b *testing.B) {
 			n++
 		}
 		events += core.Stats().Events
-		if st := core.Stats(); st.Resets[ResetRejected]+st.Dropped[DropUnknownParent] != 0 {
+		if st := core.Stats(); st.Counts[ingest.ResetRejected]+st.Counts[ingest.DropUnknownParent] != 0 {
 			b.Fatalf("unexpected %+v", st)
 		}
 	}

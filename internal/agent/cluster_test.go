@@ -13,6 +13,8 @@ import (
 
 	"kvrouter/internal/bus"
 	"kvrouter/internal/index"
+	"kvrouter/internal/index/indextest"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
@@ -43,11 +45,11 @@ type engine struct {
 	port   int
 	replay int
 	buffer int
-	enc    kvevents.Encoder
+	enc    kvencode.Encoder
 	topic  string
 	srv    *httptest.Server
 	sick   atomic.Bool // /health fails
-	tr     *tree
+	tr     *indextest.Tree
 }
 
 // startEngine starts an engine whose configuration is testdata config with
@@ -56,9 +58,9 @@ type engine struct {
 func startEngine(t *testing.T, kind workerconfig.Engine, config string, buffer int) *engine {
 	t.Helper()
 	e := &engine{t: t, kind: kind, buffer: buffer}
-	e.enc.Format = kvevents.SGLangMap
+	e.enc.Format = kvencode.SGLangMap
 	if kind == workerconfig.EngineVLLM {
-		e.enc.Format = kvevents.VLLMMap
+		e.enc.Format = kvencode.VLLMMap
 	}
 	e.newPublisher("tcp://*:0", "tcp://*:0")
 	e.port, e.replay = e.pub.Addr().(*net.TCPAddr).Port, e.pub.ReplayAddr().(*net.TCPAddr).Port
@@ -77,7 +79,7 @@ func startEngine(t *testing.T, kind workerconfig.Engine, config string, buffer i
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
 	t.Cleanup(func() { e.pub.Close() })
-	e.tr = newTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")
+	e.tr = indextest.NewTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")
 	return e
 }
 
@@ -98,7 +100,7 @@ func (e *engine) restart() {
 }
 
 func (e *engine) ev(kind string, runner bool, names ...string) kvevents.Event {
-	return e.tr.event(e.kind == workerconfig.EngineVLLM, kind, runner, names...)
+	return treeEvent(e.tr, e.kind == workerconfig.EngineVLLM, kind, runner, names...)
 }
 
 // publish sends one batch on topic ("" for the engine's topic).
@@ -147,10 +149,10 @@ func (s *sink) Gone(src index.Source) {
 }
 
 // holds renders what src holds, as tree.dumpSet does.
-func (s *sink) holds(t *testing.T, tr *tree, src index.Source) string {
+func (s *sink) holds(t *testing.T, tr *indextest.Tree, src index.Source) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return tr.dumpSet(t, s.ix, src)
+	return tr.DumpSet(t, s.ix, src)
 }
 
 func (s *sink) isReady(src index.Source) (ready, known bool) {

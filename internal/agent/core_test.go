@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/ingest"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvstream"
@@ -57,7 +59,7 @@ func TestGapHealedByReplay(t *testing.T) {
 	h.expect("ops:w0 ready:w0 ops:o0 ready:o0", "w0=A@0 B@0; o0=A@3", "o0 w0")
 	h.feed(0, next)
 	h.expect("ops:w0", "w0=A@0 B@0 C@0", "o0 w0")
-	if st := h.core.Stats(); st.Gaps != 1 || st.Healed != 1 || st.Resets[ResetUnrecoverable] != 0 {
+	if st := h.core.Stats(); st.Gaps != 1 || st.Healed != 1 || st.Counts[ingest.ResetUnrecoverable] != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -76,7 +78,7 @@ func TestUnhealableGapResetsAndRebuilds(t *testing.T) {
 	h.feed(0, h.msg(0, "", h.ev("store", false, "C"), h.ev("store", false, "X")))
 	h.expect("ops:w0", "w0=X@0; o0=", "o0 w0")
 	st := h.core.Stats()
-	if st.Resets[ResetUnrecoverable] != 1 || st.Dropped[DropUnknownParent] != 1 {
+	if st.Counts[ingest.ResetUnrecoverable] != 1 || st.Counts[ingest.DropUnknownParent] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -95,7 +97,7 @@ func TestEngineRestartResets(t *testing.T) {
 	// a parent it never stored is a gap the seq did not show.
 	h.feed(0, h.msg(0, "", h.ev("store", false, "C")))
 	h.expect("reset:w0 ready:w0", "w0=", "o0 w0")
-	if st := h.core.Stats(); st.Resets[ResetRestart] != 1 || st.Resets[ResetSilentGap] != 1 {
+	if st := h.core.Stats(); st.Counts[ingest.ResetRestart] != 1 || st.Counts[ingest.ResetSilentGap] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -107,7 +109,7 @@ func TestLateJoinSkipsUnknownParents(t *testing.T) {
 	h.seq[0] = 40
 	h.feed(0, h.msg(0, "", h.ev("store", false, "C", "D"), h.ev("store", false, "A")))
 	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
-	if st := h.core.Stats(); st.Dropped[DropUnknownParent] != 1 || st.Resets[ResetSilentGap] != 0 {
+	if st := h.core.Stats(); st.Counts[ingest.DropUnknownParent] != 1 || st.Counts[ingest.ResetSilentGap] != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -153,7 +155,7 @@ func TestRejectedBatches(t *testing.T) {
 	h.feed(0, kvstream.Message{Key: "k", Topic: h.topic, Seq: 9, Payload: []byte{0x93, 0xc1}})
 	h.expect("", "w0=", "o0 w0") // nothing held: nothing to reset
 	st := h.core.Stats()
-	if st.Rejected[RejectBlockSize] != 1 || st.Rejected[RejectMalformed] != 1 || st.Resets[ResetRejected] != 2 {
+	if st.Counts[ingest.RejectBlockSize] != 1 || st.Counts[ingest.RejectMalformed] != 1 || st.Counts[ingest.ResetRejected] != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -197,7 +199,7 @@ func TestRefusedTopologyRelaysWorkerInventoryOnly(t *testing.T) {
 	h.expect("ready:w0 ops:w0", "w0=A@0", "w0")
 	h.feed(0, h.msg(0, kvevents.RunnerShardTopic(h.topic, 0), h.ev("store", true, "X")))
 	h.expect("", "w0=A@0", "w0")
-	if st := h.core.Stats(); st.Dropped[DropNoOwner] != 2 {
+	if st := h.core.Stats(); st.Counts[ingest.DropNoOwner] != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -225,7 +227,7 @@ func TestTP2Shards(t *testing.T) {
 			h.feed(0, h.msg(0, shard(2), h.ev("store", true, "A")))
 			h.expect("", "o0=", "o0 w0")
 			st := h.core.Stats()
-			if st.Rejected[RejectTopic] != 1 || st.Dropped[DropUnattributed] != 1 || st.Resets[ResetEpoch] != 0 {
+			if st.Counts[ingest.RejectTopic] != 1 || st.Counts[ingest.DropUnattributed] != 1 || st.Counts[ingest.ResetEpoch] != 0 {
 				t.Fatalf("stats %+v", st)
 			}
 		})
@@ -266,7 +268,7 @@ func TestHybridGroups(t *testing.T) {
 	// unknown parent is skipped, not a reset.
 	h.feed(0, h.msg(0, "", h.ev("store", false, "C")))
 	h.expect("", "w0=A@0", "o0 w0")
-	if st := h.core.Stats(); st.Dropped[DropOtherGroup] != 1 || st.Dropped[DropUnknownParent] != 1 || st.Resets[ResetSilentGap] != 0 {
+	if st := h.core.Stats(); st.Counts[ingest.DropOtherGroup] != 1 || st.Counts[ingest.DropUnknownParent] != 1 || st.Counts[ingest.ResetSilentGap] != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Groups share block hashes, and removals name the group only: the
@@ -305,8 +307,8 @@ func TestEpochAfterRestartIsTheRestart(t *testing.T) {
 	h.feed(0, h.msg(0, topic(3), h.ev("store", false, "A")))
 	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
 	st := h.core.Stats()
-	if st.Resets[ResetRestart] != 1 || st.Resets[ResetSilentGap] != 1 || st.Resets[ResetReconnected] != 1 || st.Resets[ResetEpoch] != 0 {
-		t.Fatalf("resets %v", st.Resets)
+	if st.Counts[ingest.ResetRestart] != 1 || st.Counts[ingest.ResetSilentGap] != 1 || st.Counts[ingest.ResetReconnected] != 1 || st.Counts[ingest.ResetEpoch] != 0 {
+		t.Fatalf("resets %v", st.Counts)
 	}
 }
 
@@ -351,8 +353,8 @@ func TestLargeBatchReachesRouters(t *testing.T) {
 	go func() { defer close(done); f.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	var enc kvevents.Encoder
-	enc.Format = kvevents.SGLangMap
+	var enc kvencode.Encoder
+	enc.Format = kvencode.SGLangMap
 	seq := uint64(0)
 	send := func(first, n int) {
 		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierDevice, BlockSize: 1}
@@ -390,15 +392,16 @@ func TestLargeBatchReachesRouters(t *testing.T) {
 
 // vLLM names a salt in a prefix's first block only; the blocks stored under
 // a salted root carry it into the index (the router hashes every block of a
-// salted request with it), until a removal or a clear forgets them.
+// salted request with it). How long a chain keeps its salt is the ingest
+// suite's (internal/ingest/testdata/salt).
 func TestVLLMSaltInherited(t *testing.T) {
 	h := newHarness(t, vllm, "vllm_kvcr")
 	root, child := h.ev("store", false, "A"), h.ev("store", false, "B")
 	root.CacheSalt = "tenant-a"
 	h.core.Handle(0, h.msg(0, "", root, child))
-	toks := append(append([]uint32(nil), h.tr.tokens["A"]...), h.tr.tokens["B"]...)
+	toks := append(append([]uint32(nil), h.tr.Tokens["A"]...), h.tr.Tokens["B"]...)
 	depth := func(salt string) int32 {
-		got := h.core.loc.ix.Match(kvhash.LocalHashes(toks, h.tr.bs, kvhash.SeedFor("", salt)), index.MatchOptions{})
+		got := h.core.loc.ix.Match(kvhash.LocalHashes(toks, h.tr.BlockSize, kvhash.SeedFor("", salt)), index.MatchOptions{})
 		if len(got) == 0 {
 			return 0
 		}
@@ -406,17 +409,5 @@ func TestVLLMSaltInherited(t *testing.T) {
 	}
 	if a, none := depth("tenant-a"), depth(""); a != 2 || none != 0 {
 		t.Fatalf("salted A then B under it: depth %d for the salt, %d without; want 2 and 0", a, none)
-	}
-	r := h.core.ranks[0]
-	if len(r.salts) != 2 {
-		t.Fatalf("salted blocks kept: %d, want 2", len(r.salts))
-	}
-	h.core.Handle(0, h.msg(0, "", h.ev("remove", false, "B")))
-	if len(r.salts) != 1 {
-		t.Fatalf("after B's removal %d salted blocks kept, want 1", len(r.salts))
-	}
-	h.core.Handle(0, h.msg(0, "", h.ev("clear", false)))
-	if r.salts != nil {
-		t.Fatalf("after a clear %d salted blocks kept, want none", len(r.salts))
 	}
 }

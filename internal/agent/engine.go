@@ -1,3 +1,5 @@
+// This file holds the agent's HTTP dealings with its engine: configuration fetch and health probes.
+
 package agent
 
 import (

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"kvrouter/internal/index"
+	"kvrouter/internal/index/indextest"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
@@ -156,7 +158,7 @@ func (m *mirror) install(t testing.TB, states []relay.State) {
 // that a consumer of its stream mirrors it and that a snapshot agrees.
 type harness struct {
 	t      *testing.T
-	tr     *tree
+	tr     *indextest.Tree
 	core   *Core
 	plane  *memPlane
 	live   *mirror
@@ -165,16 +167,16 @@ type harness struct {
 	byName map[string]index.Source
 	seq    map[int]uint64
 	topic  string
-	enc    kvevents.Encoder
+	enc    kvencode.Encoder
 }
 
 func newHarness(t *testing.T, engine workerconfig.Engine, config string) *harness {
 	t.Helper()
 	d := descriptor(t, engine, config)
 	h := &harness{t: t, plane: &memPlane{}, alias: map[index.Source]string{}, byName: map[string]index.Source{}, seq: map[int]uint64{}}
-	h.enc.Format = kvevents.SGLangMap
+	h.enc.Format = kvencode.SGLangMap
 	if engine == workerconfig.EngineVLLM {
-		h.enc.Format = kvevents.VLLMMap
+		h.enc.Format = kvencode.VLLMMap
 	}
 	h.topic = d.Events[0].Topic
 	core, err := NewCore("w", d, h.plane, quiet())
@@ -183,7 +185,7 @@ func newHarness(t *testing.T, engine workerconfig.Engine, config string) *harnes
 	}
 	h.core = core
 	h.live = newMirror(t, d.KVBlockSize)
-	h.tr = newTree(d.KVBlockSize, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")
+	h.tr = indextest.NewTree(d.KVBlockSize, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")
 	for _, dp := range d.DPRanks {
 		h.name(fmt.Sprintf("w%d", dp), index.WorkerRank("w", dp))
 		if id, ok := d.OwnerIDs[dp]; ok {
@@ -197,13 +199,13 @@ func (h *harness) name(n string, s index.Source) { h.alias[s], h.byName[n] = n, 
 
 // ev builds an engine event on blocks of the harness tree.
 func (h *harness) ev(kind string, runner bool, names ...string) kvevents.Event {
-	return h.tr.event(h.enc.Format == kvevents.VLLMMap, kind, runner, names...)
+	return treeEvent(h.tr, h.enc.Format == kvencode.VLLMMap, kind, runner, names...)
 }
 
-// event builds an engine event on blocks of the tree: kind is "store",
+// treeEvent builds an engine event on blocks of t: kind is "store",
 // "remove" or "clear"; runner events are runner-owned (SGLang reports them
 // as EXTERNAL, vLLM as ownership kvcr on the host tier).
-func (t *tree) event(vllm bool, kind string, runner bool, names ...string) kvevents.Event {
+func treeEvent(t *indextest.Tree, vllm bool, kind string, runner bool, names ...string) kvevents.Event {
 	ev := kvevents.Event{Tier: kvevents.TierDevice}
 	if runner {
 		ev.Ownership, ev.Tier = kvevents.OwnedByRunner, kvevents.TierExternal
@@ -213,13 +215,13 @@ func (t *tree) event(vllm bool, kind string, runner bool, names ...string) kveve
 	}
 	switch kind {
 	case "store":
-		op := t.storeOp(ev.Tier, names...)
-		ev.Kind, ev.BlockHashes, ev.ParentHash, ev.HasParent, ev.BlockSize = kvevents.KindStored, op.Hashes, op.Parent, op.HasParent, t.bs
+		op := t.StoreOp(ev.Tier, names...)
+		ev.Kind, ev.BlockHashes, ev.ParentHash, ev.HasParent, ev.BlockSize = kvevents.KindStored, op.Hashes, op.Parent, op.HasParent, t.BlockSize
 		for _, n := range names {
-			ev.TokenIDs = append(ev.TokenIDs, t.tokens[n]...)
+			ev.TokenIDs = append(ev.TokenIDs, t.Tokens[n]...)
 		}
 	case "remove":
-		ev.Kind, ev.BlockHashes = kvevents.KindRemoved, t.removeOp(ev.Tier, names...).Hashes
+		ev.Kind, ev.BlockHashes = kvevents.KindRemoved, t.RemoveOp(ev.Tier, names...).Hashes
 	case "clear":
 		ev.Kind, ev.Tier = kvevents.KindCleared, 0
 	}
@@ -260,12 +262,12 @@ func (h *harness) check() {
 	for _, m := range news {
 		h.live.apply(h.t, m)
 	}
-	snap := newMirror(h.t, h.tr.bs)
+	snap := newMirror(h.t, h.tr.BlockSize)
 	snap.install(h.t, h.plane.snapshot(h.core))
 	ready := h.core.Readiness()
 	for _, src := range h.byName {
-		local := h.tr.dumpSet(h.t, h.core.loc.ix, src)
-		live, fromSnap := h.tr.dumpSet(h.t, h.live.ix, src), h.tr.dumpSet(h.t, snap.ix, src)
+		local := h.tr.DumpSet(h.t, h.core.loc.ix, src)
+		live, fromSnap := h.tr.DumpSet(h.t, h.live.ix, src), h.tr.DumpSet(h.t, snap.ix, src)
 		if live != fromSnap || h.live.ready[src] != snap.ready[src] {
 			h.t.Fatalf("%s: live consumer holds %q ready %v, a snapshot gives %q ready %v",
 				h.alias[src], live, h.live.ready[src], fromSnap, snap.ready[src])
@@ -307,7 +309,7 @@ func (h *harness) expect(published string, holdings string, ready string) {
 		if !ok {
 			continue
 		}
-		if got := h.tr.dumpSet(h.t, h.live.ix, h.byName[name]); got != want {
+		if got := h.tr.DumpSet(h.t, h.live.ix, h.byName[name]); got != want {
 			h.t.Errorf("%s holds %q, want %q", name, got, want)
 		}
 	}

@@ -1,3 +1,5 @@
+// This file holds the agent's local state: its index and which sources are attached and ready.
+
 package agent
 
 import (
@@ -14,6 +16,8 @@ import (
 type Plane interface {
 	Commit(src index.Source, kind relay.Kind, ops []index.Op, change func() error) error
 }
+
+var _ Plane = (*relay.Publisher)(nil)
 
 // local is the agent's source of truth for snapshots: the inventory index
 // and, per source, whether consumers currently mirror it (attached) and

@@ -1,3 +1,5 @@
+// This file holds the agent's Prometheus metrics and its /metrics and /healthz server.
+
 package agent
 
 import (
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"kvrouter/internal/bus"
+	"kvrouter/internal/ingest"
 )
 
 // Metric names; every one starts with metricPrefix.
@@ -71,13 +74,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descGaps, st.Gaps)
 	counter(descHealed, st.Healed)
 	counter(descPubErrs, st.PublishErrors)
-	for _, m := range []struct {
-		d *prometheus.Desc
-		v map[string]uint64
-	}{{descRejected, st.Rejected}, {descDropped, st.Dropped}, {descResets, st.Resets}, {descPublished, st.Published}} {
-		for k, v := range m.v {
-			counter(m.d, v, k)
-		}
+	byClass := [...]*prometheus.Desc{ingest.ClassReject: descRejected, ingest.ClassDrop: descDropped, ingest.ClassReset: descResets}
+	for r, v := range st.Counts {
+		reason := ingest.Reason(r)
+		counter(byClass[reason.Class()], v, reason.String())
+	}
+	for k, v := range st.Published {
+		counter(descPublished, v, k)
 	}
 	ds := core.DecoderStats()
 	counter(descDecDrop, ds.DroppedMedium, "medium")
@@ -88,14 +91,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descBlocks, float64(core.Index().Len()))
 	for i, s := range c.a.subs {
-		dp := strconv.Itoa(core.order[i].dp)
-		ss := s.Stats()
-		for _, kv := range []struct {
-			k string
-			v uint64
-		}{{"received", ss.Received}, {"malformed", ss.Malformed}, {"gaps", ss.Gaps}, {"unrecoverable", ss.Unrecoverable},
-			{"restarts", ss.Restarts}, {"reconnects", ss.Reconnects}, {"replays", ss.Replays}, {"replay_failures", ss.ReplayFailures}} {
-			counter(descStream, kv.v, dp, kv.k)
+		dp := strconv.Itoa(core.dps[i])
+		for k, v := range s.Stats().All() {
+			counter(descStream, v, dp, k)
 		}
 	}
 }

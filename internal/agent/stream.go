@@ -1,3 +1,5 @@
+// This file holds the agent's goroutines: a subscriber per DP rank, the engine probe, the core.
+
 package agent
 
 import (

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/index/indextest"
+	"kvrouter/internal/ingest"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/workerconfig"
@@ -18,8 +21,8 @@ import (
 func startBindMode(t *testing.T, config string, firstSeq uint64) (*engine, *cluster) {
 	t.Helper()
 	port, replay := freePort(t), freePort(t)
-	e := &engine{t: t, kind: workerconfig.EngineSGLang, port: port, replay: replay, tr: newTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
-	e.enc.Format = kvevents.SGLangMap
+	e := &engine{t: t, kind: workerconfig.EngineSGLang, port: port, replay: replay, tr: indextest.NewTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
+	e.enc.Format = kvencode.SGLangMap
 	cfg := engineConfig(t, config, func(cfg, extra, events map[string]any) {
 		events["endpoint"] = fmt.Sprintf("tcp://127.0.0.1:%d", port)
 		events["replay_endpoint"] = fmt.Sprintf("tcp://*:%d", replay)
@@ -108,7 +111,7 @@ func TestAgentBindModeEngineRestart(t *testing.T) {
 	c.expect(s, "no block of the old process", c.worker, "", true)
 	e.publish("", e.ev("store", false, "X"))
 	c.expect(s, "the new process's inventory", c.worker, "X@0", true)
-	if st := c.agent.Stats(); st.Resets[ResetReconnected] != 1 {
-		t.Fatalf("resets %v, want one after the reconnect", st.Resets)
+	if st := c.agent.Stats(); st.Counts[ingest.ResetReconnected] != 1 {
+		t.Fatalf("resets %v, want one after the reconnect", st.Counts)
 	}
 }

@@ -1,3 +1,5 @@
+// This file holds one engine's port layout and the mocker and agent command lines beside it.
+
 package cluster
 
 import (

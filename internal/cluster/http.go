@@ -1,3 +1,5 @@
+// This file holds the HTTP calls that drive a running cluster: GET, and POST with a forced target.
+
 package cluster
 
 import (

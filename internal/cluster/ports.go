@@ -1,3 +1,5 @@
+// This file holds the allocation of a run of free loopback ports below the ephemeral range.
+
 package cluster
 
 import (

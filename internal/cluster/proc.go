@@ -1,3 +1,5 @@
+// This file holds one child process: its start, log file, stop by process group, log tail.
+
 package cluster
 
 import (

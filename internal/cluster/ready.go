@@ -1,3 +1,5 @@
+// This file holds the waits until engines answer and the routers list every worker ready.
+
 package cluster
 
 import (

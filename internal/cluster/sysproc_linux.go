@@ -1,3 +1,5 @@
+// This file holds the Linux process groups: a child's group, dying with us (Pdeathsig).
+
 package cluster
 
 import (

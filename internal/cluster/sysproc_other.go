@@ -1,3 +1,5 @@
+// This file holds process stops where there are no process groups: the child is killed.
+
 //go:build !unix
 
 package cluster

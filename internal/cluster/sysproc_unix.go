@@ -1,3 +1,5 @@
+// This file holds the process groups of Unix systems other than Linux.
+
 //go:build unix && !linux
 
 package cluster

@@ -1,5 +1,5 @@
 // Package cost is the routing cost: what sending a request to each (worker,
-// dp_rank) costs given its cache overlap and load (SPEC 7), the choice among
+// dp_rank) costs given its cache overlap and load (docs/wire.md §8), the choice among
 // them, and the in-flight load it weighs. It is pure: callers supply
 // overlaps, loads and a random source.
 package cost
@@ -113,7 +113,7 @@ func (w Weights) Floor(requestBlocks, depth int) (floor float64, ok bool) {
 	return w.PrefillLoadScale*math.Max(0, rb-best*float64(depth)) + rb, true
 }
 
-// terms computes the cost formula (SPEC 7), for Price and Cost alike.
+// terms computes the cost formula (docs/wire.md §8.1), for Price and Cost alike.
 func (w Weights) terms(requestBlocks int, blockSize int, c *Candidate) (adj, decode, cost float64) {
 	rb := float64(requestBlocks)
 	adj = rb - w.OverlapCredit*float64(c.DeviceOverlap) - w.HostCredit*float64(c.HostOverlap) -

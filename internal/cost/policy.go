@@ -14,7 +14,7 @@ import (
 type Routing string
 
 const (
-	RoutingKV          Routing = "kv"           // lowest SPEC 7 cost
+	RoutingKV          Routing = "kv"           // lowest cost (docs/wire.md §8)
 	RoutingRoundRobin  Routing = "round-robin"  // each rank in turn
 	RoutingRandom      Routing = "random"       // uniformly at random
 	RoutingLeastLoaded Routing = "least-loaded" // fewest requests in flight

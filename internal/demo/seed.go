@@ -1,3 +1,5 @@
+// This file holds the seed scenario: a hinted prefix pulled from worker A's runner into worker B.
+
 package demo
 
 import (

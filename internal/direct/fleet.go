@@ -58,17 +58,17 @@ func (f *Fleet) Run(ctx context.Context) {
 
 func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 	spec := fw.spec
-	model := spec.Model
+	model := spec.model
 	var loras []string
 	if model != "" {
 		// Its LoRA adapters, if it says.
-		if listed, adapters, err := askModel(ctx, f.Client, spec.URL); err == nil && listed == model {
+		if listed, adapters, err := askModel(ctx, f.Client, spec.url); err == nil && listed == model {
 			loras = adapters
 		}
 	}
 	for delay := 250 * time.Millisecond; model == ""; delay = min(2*delay, 5*time.Second) {
 		var err error
-		if model, loras, err = askModel(ctx, f.Client, spec.URL); err == nil {
+		if model, loras, err = askModel(ctx, f.Client, spec.url); err == nil {
 			break
 		}
 		f.Log.Warn("worker: waiting for its /v1/models to name the model (or give model= in --worker)",
@@ -79,17 +79,17 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 		case <-time.After(delay):
 		}
 	}
-	w := spec.worker(model, spec.Events != "")
+	w := spec.worker(model, spec.events != "")
 	w.LoRAs = loras
 	if err := f.Router.Upsert(w, f.Now()); err != nil {
 		f.Log.Error("worker: cannot add", "worker", spec.ID, "err", err)
 		return
 	}
-	f.Log.Info("worker: added", "worker", spec.ID, "model", model, "lora_adapters", loras, "mode", modeOf(spec.Events != ""))
+	f.Log.Info("worker: added", "worker", spec.ID, "model", model, "lora_adapters", loras, "mode", modeOf(spec.events != ""))
 	f.mu.Lock()
 	fw.model = model
 	f.mu.Unlock()
-	if spec.Events == "" {
+	if spec.events == "" {
 		return
 	}
 	sink, err := f.Router.Sink(spec.ID)
@@ -99,7 +99,7 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 	}
 	in := newEngineIngest(spec, sink, f.Metrics, f.Log, f.Now)
 	var wg sync.WaitGroup
-	for rank := range spec.DP {
+	for rank := range spec.dp {
 		wg.Go(func() { f.follow(ctx, spec, in, rank) })
 	}
 	wg.Wait()
@@ -115,15 +115,15 @@ func modeOf(events bool) string {
 // follow dials rank's publisher, whose port is the base port offset by
 // the rank, as the engines do.
 func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank int) {
-	ep, err := kvstream.EndpointForRank(spec.Events, rank)
+	ep, err := kvstream.EndpointForRank(spec.events, rank)
 	if err != nil {
-		f.Log.Error("worker: events endpoint", "worker", in.id, "events", spec.Events, "err", err)
+		f.Log.Error("worker: events endpoint", "worker", in.id, "events", spec.events, "err", err)
 		return
 	}
 	replay := ""
-	if spec.Replay != "" {
-		if replay, err = kvstream.EndpointForRank(spec.Replay, rank); err != nil {
-			f.Log.Error("worker: replay endpoint", "worker", in.id, "replay", spec.Replay, "err", err)
+	if spec.replay != "" {
+		if replay, err = kvstream.EndpointForRank(spec.replay, rank); err != nil {
+			f.Log.Error("worker: replay endpoint", "worker", in.id, "replay", spec.replay, "err", err)
 			return
 		}
 	}
@@ -132,6 +132,7 @@ func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank in
 		f.Log.Error("worker: events", "worker", in.id, "err", err)
 		return
 	}
+	f.Metrics.streams.add(ep, sub)
 	pump(ctx, sub, f.Log, func(it kvstream.Item) { in.handle(it, rank) })
 }
 
@@ -163,6 +164,7 @@ func (f *Fleet) bind(ctx context.Context) {
 		return
 	}
 	f.Log.Info("events: listening for engines", "endpoint", f.EventsBind)
+	f.Metrics.streams.add(f.EventsBind, sub)
 	pump(ctx, sub, f.Log, func(it kvstream.Item) {
 		key := itemKey(it)
 		in := f.bound(key)
@@ -196,7 +198,7 @@ func (f *Fleet) bound(topic string) *ingest {
 	if fw.in != nil {
 		return fw.in
 	}
-	if fw.spec.Events != "" {
+	if fw.spec.events != "" {
 		// Followed by dialing already: the same events twice would
 		// only confuse the sequence tracking.
 		return nil

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
 	"kvrouter/internal/kvstream"
@@ -51,6 +53,20 @@ func removed(hashes []uint64) kvevents.Event {
 // rank 0 holds, its runner's included.
 func newIngest(t *testing.T, keys string) (*ingest, func(toks []uint32, salt string) int) {
 	t.Helper()
+	in, r := newIngestRouter(t, keys)
+	held := func(toks []uint32, salt string) int {
+		d, err := r.Decide(router.Request{Model: "m", Tokens: toks, Salt: salt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Overlap
+	}
+	return in, held
+}
+
+// newIngestRouter is the direct event ingest of worker w and its router.
+func newIngestRouter(t *testing.T, keys string) (*ingest, *router.Router) {
+	t.Helper()
 	r, err := router.New(router.Config{Weights: cost.DefaultWeights(),
 		Policy: func(int) (hints.Policy, error) { return hints.MinBlocks(1), nil }})
 	if err != nil {
@@ -67,16 +83,7 @@ func newIngest(t *testing.T, keys string) (*ingest, func(toks []uint32, salt str
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := newEngineIngest(spec, sink, NewMetrics(prometheus.NewRegistry()), quiet(), time.Now)
-	in.setReady(0, true)
-	held := func(toks []uint32, salt string) int {
-		d, err := r.Decide(router.Request{Model: "m", Tokens: toks, Salt: salt})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d.Overlap
-	}
-	return in, held
+	return newEngineIngest(spec, sink, NewMetrics(prometheus.NewRegistry()), quiet(), time.Now), r
 }
 
 func (in *ingest) send(t *testing.T, evs ...kvevents.Event) {
@@ -87,7 +94,7 @@ func (in *ingest) send(t *testing.T, evs ...kvevents.Event) {
 // batchOn is a live batch of evs on topic.
 func batchOn(t *testing.T, topic string, evs ...kvevents.Event) kvstream.Message {
 	t.Helper()
-	enc := kvevents.Encoder{Format: kvevents.VLLMMap}
+	enc := kvencode.Encoder{Format: kvencode.VLLMMap}
 	b, err := enc.Encode(kvevents.Batch{TS: 1, Events: evs})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +119,7 @@ func TestIngestHybridGroups(t *testing.T) {
 	in, held := newIngest(t, "")
 	toks := prompt(41, 3)
 	full, window := stored(toks, kvevents.TierDevice, "GPU"), stored(toks, kvevents.TierDevice, "GPU")
-	full.SpecKind, window.SpecKind, window.GroupIdx = fullAttention, "sliding_window", 1
+	full.SpecKind, window.SpecKind, window.GroupIdx = "full_attention", "sliding_window", 1
 	in.send(t, full, window)
 	if got := held(toks, ""); got != 3 {
 		t.Fatalf("after the stores the worker holds %d blocks, want 3", got)
@@ -201,7 +208,9 @@ func TestIngestTPShards(t *testing.T) {
 		{"TP rank 1 stores in the new process", on(1, store), 0},
 		{"TP rank 0 stores in the new process", on(0, store), 3},
 		{"a runner store on the plain topic names no shard", batchOn(t, topic, store), 3},
-		{"a shard topic beyond tp=", on(2, remove), 3},
+		// Rejected whole, and since it may have carried removals the rank
+		// starts over.
+		{"a shard topic beyond tp=", on(2, remove), 0},
 	}
 	in, held := newIngest(t, ",engine=sglang,tp=2")
 	for _, st := range steps {
@@ -211,7 +220,7 @@ func TestIngestTPShards(t *testing.T) {
 		}
 	}
 	if got := in.dropped(t, "tp_shard"); got != 1 {
-		t.Fatalf("%v events dropped for their shard topic, want 1", got)
+		t.Fatalf("%v batches rejected for their shard topic, want 1", got)
 	}
 }
 
@@ -238,7 +247,8 @@ func TestIngestReconnect(t *testing.T) {
 
 // TestIngestTPShardUndeclared: a worker whose --worker has no tp= cannot
 // fold the shards its engine reports; one shard's inventory would pass for
-// the rank's, so shard topics are dropped and counted.
+// the rank's, so shard topics are rejected and counted, and replayed runner
+// stores, which name no shard, are left out.
 func TestIngestTPShardUndeclared(t *testing.T) {
 	toks := prompt(45, 2)
 	store := stored(toks, kvevents.TierExternal, "EXTERNAL")
@@ -259,8 +269,8 @@ func TestIngestTPShardUndeclared(t *testing.T) {
 	if got := held(toks, ""); got != 0 {
 		t.Fatalf("after both shards' stores the worker holds %d blocks, want 0", got)
 	}
-	if got := in.dropped(t, "tp_shard"); got != 3 {
-		t.Fatalf("%v events dropped for their shard topic, want 3", got)
+	if got, left := in.dropped(t, "tp_shard"), in.dropped(t, "unattributed"); got != 2 || left != 1 {
+		t.Fatalf("%v batches rejected for their shard topic, %v replayed stores left out; want 2 and 1", got, left)
 	}
 	// A replayed batch names no shard: its runner store is maybe one
 	// shard's too, whatever topic the gap's opener had.
@@ -270,8 +280,8 @@ func TestIngestTPShardUndeclared(t *testing.T) {
 	if got := held(toks, ""); got != 0 {
 		t.Fatalf("after a replayed runner store the worker holds %d blocks, want 0", got)
 	}
-	if got := in.dropped(t, "tp_shard"); got != 4 {
-		t.Fatalf("%v events dropped for their shard, want 4", got)
+	if got := in.dropped(t, "unattributed"); got != 2 {
+		t.Fatalf("%v replayed runner stores left out, want 2", got)
 	}
 	// The engine's own events still count, live or replayed.
 	in.handle(batchOn(t, "kv", stored(toks[:testBS], kvevents.TierDevice, "GPU")), 0)
@@ -283,5 +293,72 @@ func TestIngestTPShardUndeclared(t *testing.T) {
 	in.handle(replayed, 0)
 	if got := held(toks, ""); got != 2 {
 		t.Fatalf("after a replayed store of the engine's the worker holds %d blocks, want 2", got)
+	}
+}
+
+// TestIngestRejectsWholeBatch: a batch with one event the worker cannot
+// take (another block size) is refused whole, none of its other events
+// applied, and the rank starts over: the batch may have carried removals.
+func TestIngestRejectsWholeBatch(t *testing.T) {
+	in, held := newIngest(t, "")
+	toks, other := prompt(46, 3), prompt(47, 2)
+	in.send(t, stored(toks, kvevents.TierDevice, "GPU"))
+	if got := held(toks, ""); got != 3 {
+		t.Fatalf("after the store the worker holds %d blocks, want 3", got)
+	}
+	bad := stored(prompt(48, 1), kvevents.TierDevice, "GPU")
+	bad.BlockSize *= 2
+	bad.TokenIDs = append(bad.TokenIDs, bad.TokenIDs...)
+	in.send(t, stored(other, kvevents.TierDevice, "GPU"), bad)
+	if a, b := held(toks, ""), held(other, ""); a != 0 || b != 0 {
+		t.Fatalf("after a rejected batch the worker holds %d and %d blocks, want 0 and 0", a, b)
+	}
+	if got := in.dropped(t, "block_size"); got != 1 {
+		t.Fatalf("%v batches rejected for their block size, want 1", got)
+	}
+	in.send(t, stored(other, kvevents.TierDevice, "GPU"))
+	if got := held(other, ""); got != 2 {
+		t.Fatalf("after the next batch the worker holds %d blocks, want 2", got)
+	}
+}
+
+// TestIngestReadiness: a rank's sources may be named by hints once their
+// stream delivers a batch, not while a gap is open, and again once it is
+// healed; after a reconnect, once a batch proves the stream alive.
+func TestIngestReadiness(t *testing.T) {
+	in, r := newIngestRouter(t, ",dp=2")
+	ready := func() string {
+		ws, _ := r.View()
+		var out []string
+		for _, rv := range ws[0].Ranks {
+			out = append(out, strconv.FormatBool(rv.Ready))
+		}
+		for _, ov := range ws[0].Owners {
+			out = append(out, ov.ID+"="+strconv.FormatBool(ov.Ready))
+		}
+		return strings.Join(out, " ")
+	}
+	const none = "false false w#runner0=false w#runner1=false"
+	steps := []struct {
+		what string
+		it   kvstream.Item
+		rank int
+		want string
+	}{
+		{"nothing yet", nil, 0, none},
+		{"rank 1's first batch", batchOn(t, ""), 1, "false true w#runner0=false w#runner1=true"},
+		{"rank 0's first batch", batchOn(t, ""), 0, "true true w#runner0=true w#runner1=true"},
+		{"a gap on rank 0", kvstream.Gap{Key: "k", From: 3, To: 4}, 0, "false true w#runner0=false w#runner1=true"},
+		{"the gap healed", kvstream.Gap{Key: "k", From: 3, To: 4, Healed: true}, 0, "true true w#runner0=true w#runner1=true"},
+		{"a reconnect of every rank", kvstream.Reconnected{}, -1, none},
+		{"rank 0's next batch", batchOn(t, ""), 0, "true false w#runner0=true w#runner1=false"},
+	}
+	for _, st := range steps {
+		if st.it != nil {
+			in.handle(st.it, st.rank)
+		}
+		if got := ready(); got != st.want {
+			t.Fatalf("after %s: ready %q, want %q", st.what, got, st.want)
+		}
 	}
 }

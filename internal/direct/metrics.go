@@ -9,6 +9,7 @@ type Metrics struct {
 	eventLag     prometheus.Histogram
 	eventGaps    *prometheus.CounterVec
 	eventDropped *prometheus.CounterVec
+	streams      *streamStats
 }
 
 // NewMetrics registers the direct ingest's metrics on reg.
@@ -21,6 +22,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Engine event stream sequence gaps, restarts and unrecoverable losses, by kind."}, []string{"kind"})
 	m.eventDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_events_dropped_total",
 		Help: "Engine events or batches not applied, by reason."}, []string{"reason"})
-	reg.MustRegister(m.eventLag, m.eventGaps, m.eventDropped)
+	m.streams = newStreamStats()
+	reg.MustRegister(m.eventLag, m.eventGaps, m.eventDropped, m.streams)
 	return m
 }

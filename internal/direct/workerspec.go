@@ -25,19 +25,19 @@ const DefaultBlockSize = 16
 // agent.
 type WorkerSpec struct {
 	ID        string
-	URL       string
-	Events    string // the engine's bound PUB, dialable; "" for approximate mode
-	Replay    string // its replay ROUTER; "" for none
-	BlockSize int
-	DP        int
-	// TP is the tensor-parallel ranks per DP rank. Above 1, each TP rank's
+	url       string
+	events    string // the engine's bound PUB, dialable; "" for approximate mode
+	replay    string // its replay ROUTER; "" for none
+	blockSize int
+	dp        int
+	// tp is the tensor-parallel ranks per DP rank. Above 1, each TP rank's
 	// runner reports its shard of the rank's runner inventory on a topic of
 	// its own (kvevents.RunnerShardTopic) and the shards are folded.
-	TP        int
-	Type      hints.WorkerType // TypeUnknown: not a hint target
-	Model     string           // "" asks the worker's /v1/models
-	Engine    string
-	Placement *hints.Placement // hint= override
+	tp         int
+	workerType hints.WorkerType // TypeUnknown: not a hint target
+	model      string           // "" asks the worker's /v1/models
+	engine     string
+	placement  *hints.Placement // hint= override
 }
 
 // Keys of a --worker value.
@@ -58,7 +58,7 @@ const (
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
 // [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P].
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
-	spec := WorkerSpec{BlockSize: DefaultBlockSize, DP: 1, TP: 1, Engine: router.EngineVLLM}
+	spec := WorkerSpec{blockSize: DefaultBlockSize, dp: 1, tp: 1, engine: router.EngineVLLM}
 	seen := map[string]bool{}
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
@@ -72,32 +72,32 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 		var err error
 		switch k {
 		case wkURL:
-			spec.URL = strings.TrimRight(v, "/")
+			spec.url = strings.TrimRight(v, "/")
 		case wkEvents:
-			spec.Events = v
+			spec.events = v
 		case wkReplay:
-			spec.Replay = v
+			spec.replay = v
 		case wkBlockSize:
-			spec.BlockSize, err = positive(v)
+			spec.blockSize, err = positive(v)
 		case wkDP:
-			spec.DP, err = positive(v)
+			spec.dp, err = positive(v)
 		case wkTP:
-			spec.TP, err = positive(v)
+			spec.tp, err = positive(v)
 		case wkType:
-			spec.Type, err = hints.ParseWorkerType(v)
+			spec.workerType, err = hints.ParseWorkerType(v)
 		case wkID:
 			spec.ID = v
 		case wkModel:
-			spec.Model = v
+			spec.model = v
 		case wkEngine:
 			if v != router.EngineVLLM && v != router.EngineSGLang {
 				err = fmt.Errorf("want %s or %s", router.EngineSGLang, router.EngineVLLM)
 			}
-			spec.Engine = v
+			spec.engine = v
 		case wkHint:
 			var p hints.Placement
 			p, err = parsePlacement(v)
-			spec.Placement = &p
+			spec.placement = &p
 		default:
 			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint")
 		}
@@ -105,28 +105,28 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
 		}
 	}
-	u, err := url.Parse(spec.URL)
-	if spec.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, err := url.Parse(spec.url)
+	if spec.url == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return WorkerSpec{}, fmt.Errorf("%w %q: url: want http://HOST:PORT of the engine's OpenAI server", errWorkerFlag, s)
 	}
 	if spec.ID == "" {
 		spec.ID = u.Host
 	}
-	for k, ep := range map[string]string{wkEvents: spec.Events, wkReplay: spec.Replay} {
+	for k, ep := range map[string]string{wkEvents: spec.events, wkReplay: spec.replay} {
 		if ep != "" && kvstream.Binds(ep) && strings.HasPrefix(ep, "tcp://") {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s=%s: the engine binds there; give the address the router dials (tcp://ENGINE_HOST:PORT)",
 				errWorkerFlag, s, k, ep)
 		}
 	}
-	if spec.Replay != "" && spec.Events == "" {
+	if spec.replay != "" && spec.events == "" {
 		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", errWorkerFlag, s)
 	}
-	if spec.TP > 1 && spec.Engine != router.EngineSGLang {
+	if spec.tp > 1 && spec.engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
 		// scheduler, which speaks for all its TP workers: one inventory,
 		// on the plain topic, that per-shard folding would drop.
 		return WorkerSpec{}, fmt.Errorf("%w %q: tp=%d: engine=%s reports one runner inventory for all its TP ranks; leave tp= out (tp>1 is for engine=sglang, whose runners report per TP rank)",
-			errWorkerFlag, s, spec.TP, spec.Engine)
+			errWorkerFlag, s, spec.tp, spec.engine)
 	}
 	return spec, nil
 }
@@ -146,7 +146,7 @@ func positive(v string) (int, error) {
 
 // hostPort is the worker's URL host:port, how --events-bind topics name it.
 func (s WorkerSpec) hostPort() string {
-	u, err := url.Parse(s.URL)
+	u, err := url.Parse(s.url)
 	if err != nil {
 		return ""
 	}
@@ -164,23 +164,23 @@ func (s WorkerSpec) hostPort() string {
 // seen on --events-bind).
 func (s WorkerSpec) worker(model string, events bool) router.Worker {
 	w := router.Worker{
-		ID: s.ID, Model: model, URL: s.URL, Engine: s.Engine, BlockSize: s.BlockSize,
-		DPSize: s.DP, Mode: router.ModeApproximate, Origin: router.OriginFlag,
+		ID: s.ID, Model: model, URL: s.url, Engine: s.engine, BlockSize: s.blockSize,
+		DPSize: s.dp, Mode: router.ModeApproximate, Origin: router.OriginFlag,
 	}
-	w.Placement, _ = router.PlacementFor(s.Engine)
-	if s.Placement != nil {
-		w.Placement = *s.Placement
+	w.Placement, _ = router.PlacementFor(s.engine)
+	if s.placement != nil {
+		w.Placement = *s.placement
 	}
-	if s.Type != hints.TypeUnknown {
+	if s.workerType != hints.TypeUnknown {
 		// The operator vouches that the engine reads hints.
-		w.Capability = hints.Capability{CanConsume: true, Type: s.Type}
+		w.Capability = hints.Capability{CanConsume: true, Type: s.workerType}
 	}
 	if events {
 		w.Mode = router.ModeEvents
 		// Runner-owned blocks an engine reports need an owner to belong
 		// to; without an agent, each rank's runner is its own.
-		w.Owners = make(map[int]string, s.DP)
-		for r := range s.DP {
+		w.Owners = make(map[int]string, s.dp)
+		for r := range s.dp {
 			w.Owners[r] = flagOwner(s.ID, r)
 		}
 	}

@@ -17,10 +17,10 @@ func TestParseWorkerSpec(t *testing.T) {
 		err  string
 		want WorkerSpec
 	}{
-		{in: "url=http://10.0.0.5:8000", want: WorkerSpec{ID: "10.0.0.5:8000", URL: "http://10.0.0.5:8000", BlockSize: 16, DP: 1, TP: 1, Engine: "vllm"}},
+		{in: "url=http://10.0.0.5:8000", want: WorkerSpec{ID: "10.0.0.5:8000", url: "http://10.0.0.5:8000", blockSize: 16, dp: 1, tp: 1, engine: "vllm"}},
 		{in: "url=http://h:1/,events=tcp://h:5557,replay=tcp://h:5558,block_size=64,dp=2,tp=4,type=decode,id=w1,model=m,engine=sglang,hint=sglang-old",
-			want: WorkerSpec{ID: "w1", URL: "http://h:1", Events: "tcp://h:5557", Replay: "tcp://h:5558", BlockSize: 64, DP: 2, TP: 4,
-				Type: hints.TypeDecode, Model: "m", Engine: "sglang", Placement: &sg}},
+			want: WorkerSpec{ID: "w1", url: "http://h:1", events: "tcp://h:5557", replay: "tcp://h:5558", blockSize: 64, dp: 2, tp: 4,
+				workerType: hints.TypeDecode, model: "m", engine: "sglang", placement: &sg}},
 		{in: "events=tcp://h:1", err: "url: want http://HOST:PORT"},
 		{in: "url=ftp://h:1", err: "url: want"},
 		{in: "url=http://h:1,events=tcp://*:5557", err: "events=tcp://*:5557: the engine binds there"},

@@ -27,7 +27,7 @@ type Worker struct {
 	BlockSize int    `json:"block_size"`
 	DPStart   int    `json:"dp_start"`
 	DPSize    int    `json:"dp_size"`
-	// RuntimeData carries the SPEC 4.1 hint keys in publish order.
+	// RuntimeData carries the hint keys of docs/wire.md §5.1 in publish order.
 	RuntimeData RuntimeData `json:"runtime_data,omitempty"`
 	// Owners maps a global DP rank (decimal) to the cache owner id whose
 	// runner-owned blocks that rank's runner holds.
@@ -63,7 +63,7 @@ type Field struct {
 }
 
 // RuntimeData is an ordered JSON object: the order in which keys were added
-// is the order in which they were published, which SPEC 4.1 prescribes.
+// is the order in which they were published, which docs/wire.md §5.1 prescribes.
 type RuntimeData []Field
 
 // Set adds or replaces key with v's JSON encoding, keeping first-set order.

@@ -1,3 +1,5 @@
+// This file holds a registration's lifetime: staged announcement, then lease refreshes.
+
 package discovery
 
 import (
@@ -8,7 +10,7 @@ import (
 
 // Announce registers w, publishing its runtime data one key more per write,
 // in order. Watchers may observe any of these states; because the keys are
-// ordered endpoints, worker type, capability flag (SPEC 4.1), no observed
+// ordered endpoints, worker type, capability flag (docs/wire.md §5.1), no observed
 // state is ever a capability flag without the endpoints behind it.
 func Announce(ctx context.Context, reg Registry, w Worker) error {
 	full := w.RuntimeData

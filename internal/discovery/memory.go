@@ -1,3 +1,5 @@
+// This file holds the in-process Registry, for the single-binary default and tests.
+
 package discovery
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the Registry in a JetStream key-value bucket whose TTL is the lease.
+
 package discovery
 
 import (

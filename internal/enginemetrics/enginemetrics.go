@@ -3,18 +3,18 @@
 package enginemetrics
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"kvrouter/internal/promtext"
 	"kvrouter/internal/router"
 )
 
@@ -74,8 +74,14 @@ func (e *Poller) poll(ctx context.Context, w router.Worker) {
 	defer cancel()
 	loads, err := e.fetch(ctx, w)
 	if err != nil {
-		if _, logged := e.failing.LoadOrStore(w.ID, true); !logged && ctx.Err() == nil {
-			e.Log.Warn("engine metrics: poll failed", "worker", w.ID, "err", err)
+		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
+			return // the router is stopping
+		}
+		// The last figures would stand for a load the engine may no
+		// longer have: routing goes on the router's own view instead.
+		e.Router.ClearEngineLoad(w.ID)
+		if _, logged := e.failing.LoadOrStore(w.ID, true); !logged {
+			e.Log.Warn("engine metrics: poll failed; routing on the router's own view of its load until it answers", "worker", w.ID, "err", err)
 		}
 		return
 	}
@@ -106,51 +112,50 @@ func (e *Poller) fetch(ctx context.Context, w router.Worker) (map[int]router.Eng
 }
 
 // parseEngineMetrics reads the load of each of w's ranks from a Prometheus
-// text exposition. Blocks in use come from whichever figures the engine
-// gives: vLLM's usage fraction times num_gpu_blocks, SGLang's used tokens
-// over the block size, the simulated engine's used blocks. Series without a
-// rank label describe the whole engine and are spread evenly over its ranks.
+// text exposition; lines it cannot parse are left out. Blocks in use come
+// from whichever figures the engine gives: vLLM's usage fraction times
+// num_gpu_blocks, SGLang's used tokens over the block size, the simulated
+// engine's used blocks. Series without a rank label describe the whole
+// engine and are spread evenly over its ranks.
 func parseEngineMetrics(text []byte, w router.Worker) map[int]router.EngineLoad {
 	per := map[int]*engineAcc{}
 	whole := &engineAcc{}
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, labels, value, ok := parseSample(sc.Text())
-		if !ok {
-			continue
-		}
-		a := whole
-		if v, ok := labels[emLabelDPRank]; ok {
-			if r, err := strconv.Atoi(v); err == nil {
-				a = rankAcc(per, r)
+	e := promtext.ParseLenient(text)
+	// Names in order, so that where an engine gives both of two names for
+	// one figure the same one wins every time (the current vLLM name,
+	// kv_cache_usage_perc, after the older gpu_cache_usage_perc).
+	for _, name := range slices.Sorted(maps.Keys(e)) {
+		for _, sm := range e.Samples(name) {
+			labels, value := sm.Labels, sm.Value
+			a := whole
+			if v, ok := labels[emLabelDPRank]; ok {
+				if r, err := strconv.Atoi(v); err == nil {
+					a = rankAcc(per, r)
+				}
+			} else if v, ok := labels[emLabelEngine]; ok {
+				if r, err := strconv.Atoi(v); err == nil {
+					a = rankAcc(per, w.DPStart+r)
+				}
 			}
-		} else if v, ok := labels[emLabelEngine]; ok {
-			if r, err := strconv.Atoi(v); err == nil {
-				a = rankAcc(per, w.DPStart+r)
+			switch name {
+			case emVLLMRunning, emSGLRunning, emMockRunning:
+				a.running += value
+			case emVLLMWaiting, emSGLWaiting, emMockWaiting:
+				a.waiting += value
+			case emVLLMKVUsage, emVLLMKVUsageOld, emSGLTokenUsage:
+				a.usage = value
+			case emSGLUsedTokens:
+				a.usedBlocks += value / float64(w.BlockSize)
+			case emMockUsed:
+				a.usedBlocks += value
+			case emMockTotal:
+				a.totalBlocks += value
+			case emVLLMCacheConfig:
+				if n, err := strconv.ParseFloat(labels[emLabelNumBlocks], 64); err == nil {
+					a.totalBlocks = n
+				}
 			}
 		}
-		switch name {
-		case emVLLMRunning, emSGLRunning, emMockRunning:
-			a.running += value
-		case emVLLMWaiting, emSGLWaiting, emMockWaiting:
-			a.waiting += value
-		case emVLLMKVUsage, emVLLMKVUsageOld, emSGLTokenUsage:
-			a.usage = value
-		case emSGLUsedTokens:
-			a.usedBlocks += value / float64(w.BlockSize)
-		case emMockUsed:
-			a.usedBlocks += value
-		case emMockTotal:
-			a.totalBlocks += value
-		case emVLLMCacheConfig:
-			if n, err := strconv.ParseFloat(labels[emLabelNumBlocks], 64); err == nil {
-				a.totalBlocks = n
-			}
-		}
-	}
-	if sc.Err() != nil {
-		return nil
 	}
 	load := func(a *engineAcc, share float64) router.EngineLoad {
 		l := router.EngineLoad{Running: a.running * share, Waiting: a.waiting * share, KVUsage: a.usage,
@@ -194,78 +199,4 @@ func rankAcc(m map[int]*engineAcc, r int) *engineAcc {
 		m[r] = a
 	}
 	return a
-}
-
-// parseSample reads one sample line: name{label="value",...} value [ts].
-func parseSample(line string) (name string, labels map[string]string, value float64, ok bool) {
-	line = strings.TrimSpace(line)
-	if line == "" || line[0] == '#' {
-		return "", nil, 0, false
-	}
-	i := strings.IndexAny(line, "{ \t")
-	if i < 0 {
-		return "", nil, 0, false
-	}
-	name, rest := line[:i], line[i:]
-	if rest[0] == '{' {
-		end := -1
-		inQuote := false
-		for j := 1; j < len(rest); j++ {
-			switch c := rest[j]; {
-			case c == '\\' && inQuote:
-				j++
-			case c == '"':
-				inQuote = !inQuote
-			case c == '}' && !inQuote:
-				end = j
-			}
-			if end >= 0 {
-				break
-			}
-		}
-		if end < 0 {
-			return "", nil, 0, false
-		}
-		labels = parseLabels(rest[1:end])
-		rest = rest[end+1:]
-	}
-	fields := strings.Fields(rest)
-	if len(fields) == 0 {
-		return "", nil, 0, false
-	}
-	v, err := strconv.ParseFloat(fields[0], 64)
-	if err != nil {
-		return "", nil, 0, false
-	}
-	return name, labels, v, true
-}
-
-func parseLabels(s string) map[string]string {
-	out := map[string]string{}
-	for len(s) > 0 {
-		s = strings.TrimLeft(s, " ,")
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			break
-		}
-		key := strings.TrimSpace(s[:eq])
-		var b strings.Builder
-		j := eq + 2
-		for ; j < len(s) && s[j] != '"'; j++ {
-			if s[j] == '\\' && j+1 < len(s) {
-				j++
-				if s[j] == 'n' {
-					b.WriteByte('\n')
-					continue
-				}
-			}
-			b.WriteByte(s[j])
-		}
-		out[key] = b.String()
-		if j >= len(s) {
-			break
-		}
-		s = s[j+1:]
-	}
-	return out
 }

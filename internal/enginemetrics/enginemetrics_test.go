@@ -1,14 +1,22 @@
 package enginemetrics
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"kvrouter/internal/cost"
 	"kvrouter/internal/router"
 )
 
@@ -46,5 +54,41 @@ func TestParseEngineMetrics(t *testing.T) {
 				t.Fatalf("got  %+v\nwant %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestFailedPollClearsLoad: once a worker's /metrics stops answering, its
+// last figures are dropped rather than kept frozen.
+func TestFailedPollClearsLoad(t *testing.T) {
+	var failing atomic.Bool
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "vllm:num_requests_running 3\nvllm:num_requests_waiting 2\n")
+	}))
+	defer s.Close()
+	r, err := router.New(router.Config{Weights: cost.DefaultWeights(), NoHints: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := router.Worker{ID: "w", Model: "m", URL: s.URL, Engine: router.EngineVLLM, BlockSize: 4, DPSize: 1}
+	if err := r.Upsert(w, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p := &Poller{Router: r, Client: s.Client(), Interval: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	engine := func() *router.EngineLoad {
+		ws, _ := r.View()
+		return ws[0].Ranks[0].Engine
+	}
+	p.poll(context.Background(), w)
+	if l := engine(); l == nil || l.Running != 3 || l.Waiting != 2 {
+		t.Fatalf("engine load %+v", l)
+	}
+	failing.Store(true)
+	p.poll(context.Background(), w)
+	if l := engine(); l != nil {
+		t.Fatalf("engine load %+v kept after a failed poll", l)
 	}
 }

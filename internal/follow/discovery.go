@@ -30,6 +30,8 @@ type Discovery struct {
 	refused   map[string]string // id → last logged reason, to log once
 }
 
+var _ relay.Sink = (*router.Sink)(nil)
+
 type follower struct {
 	reg    discovery.Worker // the registration it follows
 	cancel context.CancelFunc

@@ -1,5 +1,4 @@
-// This file holds the conversion of a state agent's registration into the
-// router's worker, at the edge so that the router does not link discovery.
+// This file holds the conversion of a state agent's registration into the router's worker.
 
 package follow
 
@@ -15,7 +14,8 @@ import (
 // workerFromRegistration turns a state agent's registration into the
 // router's Worker. A capability that does not parse, or a registration
 // that carries a refusal, leaves the worker routable without hints: the
-// reason goes to Refusal.
+// reason goes to Refusal. It lives here, at the edge, so that the router
+// does not link discovery.
 func workerFromRegistration(dw discovery.Worker) (router.Worker, error) {
 	if err := dw.Validate(); err != nil {
 		return router.Worker{}, fmt.Errorf("%w: %v", router.ErrBadWorker, err)

@@ -3,7 +3,6 @@
 package frontdoor
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -46,7 +45,7 @@ func setMember(body []byte, key string, value []byte) ([]byte, error) {
 }
 
 func checkObject(body []byte) error {
-	if !json.Valid(body) {
+	if !rawjson.Valid(body) {
 		return fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
 	if body[rawjson.SkipSpace(body, 0)] != '{' {
@@ -60,30 +59,24 @@ func checkObject(body []byte) error {
 // writing the result over dst's memory.
 func editMembers(dst, body []byte, set ...member) []byte {
 	open := rawjson.SkipSpace(body, 0)
+	var buf [16]rawjson.Member
+	ms, closing := rawjson.Members(buf[:0], body, open)
 	out := slices.Grow(dst[:0], len(body)+setSize(set))
 	out = append(out, body[:open+1]...)
 	kept := 0
-	i := rawjson.SkipSpace(body, open+1)
-	for body[i] != '}' {
-		start, end := i, rawjson.SkipString(body, i)
-		i = rawjson.SkipSpace(body, end)
-		i = rawjson.SkipSpace(body, i+1) // the colon
-		i = rawjson.SkipValue(body, i)
-		if !setsKey(set, body[start:end]) {
-			if kept > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, body[start:i]...)
-			kept++
+	for _, m := range ms {
+		if setsKey(set, m.Key) {
+			continue
 		}
-		i = rawjson.SkipSpace(body, i)
-		if body[i] == ',' {
-			i = rawjson.SkipSpace(body, i+1)
+		if kept > 0 {
+			out = append(out, ',')
 		}
+		out = append(out, body[m.Start:m.End]...)
+		kept++
 	}
 	out = appendSet(out, kept, set)
 	out = append(out, '}')
-	return append(out, body[i+1:]...)
+	return append(out, body[closing+1:]...)
 }
 
 // setSize bounds what set adds to a body.
@@ -133,16 +126,10 @@ func appendMembers(dst, body []byte, n int, set []member) []byte {
 	return append(out, body[end:]...)
 }
 
-// setsKey reports whether the quoted key raw is one of set's keys.
-func setsKey(set []member, raw []byte) bool {
-	var k string
-	if bytes.IndexByte(raw, '\\') >= 0 {
-		_ = json.Unmarshal(raw, &k) // "\u006dodel" is "model" too
-	} else {
-		k = string(raw[1 : len(raw)-1])
-	}
+// setsKey reports whether key is one of set's keys.
+func setsKey(set []member, key string) bool {
 	for _, m := range set {
-		if m.key == k {
+		if m.key == key {
 			return true
 		}
 	}
@@ -150,27 +137,11 @@ func setsKey(set []member, raw []byte) bool {
 }
 
 // topMember returns the value of the last top-level member named key in a
-// body known to be a valid JSON object.
-func topMember(body []byte, key string) ([]byte, bool) {
-	var v []byte
-	found := false
-	probe := []member{{key: key}}
-	i := rawjson.SkipSpace(body, rawjson.SkipSpace(body, 0)+1)
-	for body[i] != '}' {
-		start, end := i, rawjson.SkipString(body, i)
-		i = rawjson.SkipSpace(body, end)
-		i = rawjson.SkipSpace(body, i+1)
-		vs := i
-		i = rawjson.SkipValue(body, i)
-		if setsKey(probe, body[start:end]) {
-			v, found = body[vs:i], true
-		}
-		i = rawjson.SkipSpace(body, i)
-		if body[i] == ',' {
-			i = rawjson.SkipSpace(body, i+1)
-		}
-	}
-	return v, found
+// body known to be a valid JSON object, nil when there is none.
+func topMember(body []byte, key string) []byte {
+	var buf [16]rawjson.Member
+	ms, _ := rawjson.Members(buf[:0], body, rawjson.SkipSpace(body, 0))
+	return lastMember(ms, key)
 }
 
 // usageOptions is the stream_options value asking for a usage chunk,
@@ -192,7 +163,7 @@ func withUsage(body []byte) ([]byte, error) {
 	if err := checkObject(body); err != nil {
 		return nil, err
 	}
-	so, _ := topMember(body, keyStreamOptions)
+	so := topMember(body, keyStreamOptions)
 	v, err := usageOptions(so)
 	if err != nil {
 		return nil, err

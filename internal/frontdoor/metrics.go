@@ -17,17 +17,26 @@ const (
 	outcomeCanceled      = "canceled"
 )
 
+// Upstream failures, the label of kvrouter_upstream_failures_total.
+const (
+	failureRefused  = "refused"   // the connection was refused
+	failureNoAnswer = "no_answer" // it broke before any byte of the answer
+	failureBrokeOff = "broke_off" // the answer broke off
+)
+
 // Metrics are the front door's Prometheus metrics.
 type Metrics struct {
-	requests       *prometheus.CounterVec
-	retries        prometheus.Counter
-	decision       prometheus.Histogram
-	tokenize       prometheus.Histogram
-	tokenizeErrors *prometheus.CounterVec
-	overlap        prometheus.Histogram
-	hints          *prometheus.CounterVec
-	cachedTokens   *prometheus.CounterVec
-	peerRestored   *prometheus.CounterVec
+	requests         *prometheus.CounterVec
+	retries          prometheus.Counter
+	upstreamFailures *prometheus.CounterVec
+	streamErrors     prometheus.Counter
+	decision         prometheus.Histogram
+	tokenize         prometheus.Histogram
+	tokenizeErrors   *prometheus.CounterVec
+	overlap          prometheus.Histogram
+	hints            *prometheus.CounterVec
+	cachedTokens     *prometheus.CounterVec
+	peerRestored     *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25}
@@ -41,7 +50,12 @@ func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_requests_total",
 		Help: "Inference requests by outcome (ok, upstream_error, no_worker, bad_request, canceled)."}, []string{"outcome"})
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_retries_total",
-		Help: "Requests sent to a second worker after the first refused the connection."})
+		Help: "Requests sent to another worker after one refused the connection or broke it before any answer (--retry-reset)."})
+	m.upstreamFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_upstream_failures_total",
+		Help: "Requests to workers that failed: refused (the connection), no_answer (it broke before any answer), broke_off (the answer broke off)."},
+		[]string{"kind"})
+	m.streamErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_stream_errors_total",
+		Help: "Streams ended with an error event because the worker's stream broke off after part of it reached the client."})
 	m.decision = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_decision_seconds",
 		Help: "Routing decision latency (matching, scoring, hint selection), tokenization excluded.", Buckets: latencyBuckets})
 	m.tokenize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_tokenize_seconds",
@@ -56,10 +70,13 @@ func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
 		Help: "Prompt tokens workers reported as cached (usage.prompt_tokens_details.cached_tokens), by whether a hint was sent."}, []string{"hinted"})
 	m.peerRestored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_peer_restored_tokens_total",
 		Help: "Prompt tokens workers reported as pulled from a peer (usage.kvrouter.peer_restored_tokens), by whether a hint was sent."}, []string{"hinted"})
-	reg.MustRegister(m.requests, m.retries, m.decision, m.tokenize, m.tokenizeErrors, m.overlap,
+	reg.MustRegister(m.requests, m.retries, m.upstreamFailures, m.streamErrors, m.decision, m.tokenize, m.tokenizeErrors, m.overlap,
 		m.hints, m.cachedTokens, m.peerRestored)
 	for _, o := range []string{outcomeOK, outcomeUpstreamError, outcomeNoWorker, outcomeBadRequest, outcomeCanceled} {
 		m.requests.WithLabelValues(o)
+	}
+	for _, k := range []string{failureRefused, failureNoAnswer, failureBrokeOff} {
+		m.upstreamFailures.WithLabelValues(k)
 	}
 	if up != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvrouter_upstream_resends_total",

@@ -72,7 +72,7 @@ const (
 
 // parseRequest reads what routing needs from an inference request body.
 func parseRequest(kind Kind, body []byte) (*Request, error) {
-	if !json.Valid(body) {
+	if !rawjson.Valid(body) {
 		return nil, fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
 	return parseValid(kind, body)
@@ -414,21 +414,11 @@ func members(b []byte) (map[string]json.RawMessage, bool) {
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
-	out := map[string]json.RawMessage{}
-	for i = rawjson.SkipSpace(b, i+1); b[i] != '}'; {
-		start, end := i, rawjson.SkipString(b, i)
-		key := string(b[start+1 : end-1])
-		if bytes.IndexByte(b[start:end], '\\') >= 0 {
-			_ = json.Unmarshal(b[start:end], &key)
-		}
-		i = rawjson.SkipSpace(b, end)
-		i = rawjson.SkipSpace(b, i+1) // the colon
-		v := i
-		i = rawjson.SkipValue(b, i)
-		out[key] = b[v:i]
-		if i = rawjson.SkipSpace(b, i); b[i] == ',' {
-			i = rawjson.SkipSpace(b, i+1)
-		}
+	var buf [16]rawjson.Member
+	ms, _ := rawjson.Members(buf[:0], b, i)
+	out := make(map[string]json.RawMessage, len(ms))
+	for _, m := range ms {
+		out[m.Key] = m.Value
 	}
 	return out, true
 }
@@ -447,20 +437,12 @@ func firstElement(b []byte) (json.RawMessage, bool) {
 }
 
 // elements splits a JSON array (part of a valid document) into raw values.
-func elements(b []byte) ([]json.RawMessage, bool) {
+func elements(b []byte) ([][]byte, bool) {
 	i := rawjson.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return nil, false
 	}
-	var out []json.RawMessage
-	for i = rawjson.SkipSpace(b, i+1); b[i] != ']'; {
-		v := i
-		i = rawjson.SkipValue(b, i)
-		out = append(out, b[v:i])
-		if i = rawjson.SkipSpace(b, i); b[i] == ',' {
-			i = rawjson.SkipSpace(b, i+1)
-		}
-	}
+	out, _ := rawjson.Elements(nil, b, i)
 	return out, true
 }
 
@@ -496,7 +478,7 @@ func boolean(raw json.RawMessage, field string, def bool) (bool, error) {
 
 // guessKind picks the endpoint a /debug/route body was meant for.
 func guessKind(body []byte) Kind {
-	if !json.Valid(body) {
+	if !rawjson.Valid(body) {
 		return KindCompletion
 	}
 	if m, ok := members(body); ok && len(m[keyMessages]) > 0 && !isNull(m[keyMessages]) {

@@ -25,10 +25,25 @@ import (
 
 // sendResult is how one attempt at a worker ended.
 type sendResult struct {
-	refused bool      // nothing was sent: try another worker
-	outcome string    // when the response went out
-	err     *apiError // when it did not
+	retry   retryCause // nothing reached the client, and another worker may serve it
+	outcome string     // when the response went out
+	err     *apiError  // when it did not
 }
+
+// retryCause says why an attempt may be made again on another worker.
+type retryCause uint8
+
+const (
+	noRetry retryCause = iota
+	// retryRefused: the worker refused the connection; it never saw the
+	// request.
+	retryRefused
+	// retryNoAnswer: the connection broke before any byte of the answer,
+	// or before any of it went out to the client (Server.RetryReset): the
+	// worker may have started on the request, but generation has no side
+	// effects and the client saw nothing.
+	retryNoAnswer
+)
 
 // maxResponse bounds a non-streamed response body held to read its usage.
 const maxResponse = 64 << 20
@@ -58,7 +73,7 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 		// The client's options as parsed (hints do not touch them).
 		so := p.req.top[keyStreamOptions]
 		if p.req.top == nil {
-			so, _ = topMember(body, keyStreamOptions)
+			so = topMember(body, keyStreamOptions)
 		}
 		v, err := usageOptions(so)
 		if err != nil {
@@ -142,14 +157,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		s.Trace(Timing{Added: resp.Sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
 	}
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return sendResult{refused: true}
-		}
-		if r.Context().Err() != nil {
-			return sendResult{err: &apiError{outcome: outcomeCanceled}}
-		}
-		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error",
-			fmt.Sprintf("worker %s: %v", t.Worker.ID, err), outcomeUpstreamError}}
+		return s.sendFailed(r, t.Worker, err)
 	}
 	defer resp.Body.Close()
 	s.countDecision(d)
@@ -173,9 +181,15 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	case resp.StatusCode >= 400:
 		outcome = outcomeBadRequest
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	// The head goes out with the first whole event (or the whole body):
+	// an answer that breaks off before then can still fail honestly.
+	started := false
+	start := func() {
+		started = true
 		w.WriteHeader(resp.StatusCode)
-		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, func() { s.Load.Prefilled(loadID) }, report)
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
 		b, err = readAll(nil, io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
@@ -184,19 +198,66 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 				report(u)
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			w.WriteHeader(resp.StatusCode)
-			_, err = w.Write(b)
+			start()
+			if _, err = w.Write(b); err != nil {
+				err = fmt.Errorf("%w: %v", errClientGone, err)
+			}
 		}
 	}
 	switch {
 	case r.Context().Err() != nil || errors.Is(err, errClientGone):
 		return sendResult{outcome: outcomeCanceled}
-	case err != nil:
-		// Headers may be out already: all that is left is to stop.
-		s.warnEvery("broke:"+t.Worker.ID, "upstream response broke off", "worker", t.Worker.ID, "request", p.id, "err", err)
-		return sendResult{outcome: outcomeUpstreamError}
+	case err == nil:
+		return sendResult{outcome: outcome}
 	}
-	return sendResult{outcome: outcome}
+	s.Metrics.upstreamFailures.WithLabelValues(failureBrokeOff).Inc()
+	s.Router.ReportSuspect(t.Worker.ID, t.Worker.URL, s.Now())
+	s.warnEvery("broke:"+t.Worker.ID, "worker's answer broke off", "worker", t.Worker.ID, "request", p.id,
+		"client_got_part", started, "err", err)
+	msg := fmt.Sprintf("worker %s: the answer broke off: %v", t.Worker.ID, err)
+	if !started {
+		// Nothing of it reached the client: as good as no answer. Its
+		// head must not mix with the next attempt's or the error's.
+		clear(w.Header())
+		return sendResult{retry: retryNoAnswer, err: &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError}}
+	}
+	// Part of a stream went out under a 200: the client learns of the
+	// failure from an error event, and no [DONE] follows (docs/wire.md).
+	s.Metrics.streamErrors.Inc()
+	writeStreamError(w, &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError})
+	return sendResult{outcome: outcomeUpstreamError}
+}
+
+// sendFailed is the result of an attempt that got no answer at all.
+func (s *Server) sendFailed(r *http.Request, wk router.Worker, err error) sendResult {
+	switch {
+	case r.Context().Err() != nil:
+		return sendResult{err: &apiError{outcome: outcomeCanceled}}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		s.Metrics.upstreamFailures.WithLabelValues(failureRefused).Inc()
+		if s.Router.ReportRefused(wk.ID, wk.URL, "connection refused", s.Now()) == router.WentDown {
+			s.Log.Warn("worker down: it refused a connection; no request goes to it until it answers its health probe",
+				"worker", wk.ID, "url", wk.URL)
+		}
+		return sendResult{retry: retryRefused, err: &apiError{http.StatusBadGateway, "upstream_error",
+			fmt.Sprintf("worker %s refused the connection", wk.ID), outcomeUpstreamError}}
+	case errors.Is(err, upstream.ErrNoAnswer):
+		s.Metrics.upstreamFailures.WithLabelValues(failureNoAnswer).Inc()
+		s.Router.ReportSuspect(wk.ID, wk.URL, s.Now())
+		return sendResult{retry: retryNoAnswer, err: &apiError{http.StatusBadGateway, "upstream_error",
+			fmt.Sprintf("worker %s: %v", wk.ID, err), outcomeUpstreamError}}
+	}
+	return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error",
+		fmt.Sprintf("worker %s: %v", wk.ID, err), outcomeUpstreamError}}
+}
+
+// writeStreamError ends a stream with an OpenAI-style error event.
+func writeStreamError(w http.ResponseWriter, e *apiError) {
+	b, _ := json.Marshal(map[string]errorBody{"error": {Message: e.message, Type: e.kind, Code: e.status}})
+	w.Write(append(append([]byte("data: "), b...), "\n\n"...))
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
 }
 
 // countDecision records a decision that was acted on.
@@ -328,17 +389,26 @@ func intMember(ms []rawjson.Member, key string) (int, bool) {
 	return n, err == nil
 }
 
-var errClientGone = errors.New("client went away")
+var (
+	errClientGone = errors.New("client went away")
+	// errCutEvent: the stream ended within an event, which was dropped.
+	errCutEvent = errors.New("the stream ended within an event")
+)
 
 // relaySSE passes a server-sent event stream through event by event,
-// flushing each. onFirst runs at the first data event (the first token);
-// report gets the usage of the chunk that carries one. dropUsage drops a
-// usage-only chunk the client did not ask for.
-func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst func(), report func(*usage)) error {
+// flushing each. An event goes out only whole, with the blank line that
+// ends it: a stream that breaks off drops the part of an event it got, so
+// the client never sees half a JSON chunk. start runs before the first
+// write; onFirst at the first data event (the first token); report gets the
+// usage of the chunk that carries one. dropUsage drops a usage-only chunk
+// the client did not ask for. It returns nil at the stream's clean end, an
+// errClientGone when writing to the client failed, and otherwise what broke
+// the stream (errCutEvent for a clean end within an event).
+func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, start, onFirst func(), report func(*usage)) error {
 	fl, _ := w.(http.Flusher)
 	br := bufio.NewReaderSize(body, 32<<10)
 	var ev []byte
-	first := true
+	first, started := true, false
 	emit := func() error {
 		data := eventData(ev)
 		if data != nil && first {
@@ -357,6 +427,10 @@ func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst fun
 					return nil
 				}
 			}
+		}
+		if !started {
+			started = true
+			start()
 		}
 		_, err := w.Write(ev)
 		ev = ev[:0]
@@ -377,18 +451,21 @@ func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, onFirst fun
 			}
 		}
 		if err != nil {
-			if len(ev) > 0 {
-				if werr := emit(); werr != nil {
-					return werr
-				}
-			}
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if errors.Is(err, context.Canceled) {
+			switch {
+			case errors.Is(err, context.Canceled):
 				return errClientGone
+			case err != io.EOF:
+				return err
+			case len(ev) > 0:
+				// A client would drop it too (the SSE rules discard an
+				// event the stream ends in), but a line reader would
+				// take half a chunk for a whole one.
+				return errCutEvent
 			}
-			return err
+			if !started { // an empty stream: the head alone
+				start()
+			}
+			return nil
 		}
 	}
 }

@@ -52,6 +52,10 @@ type Server struct {
 	// Trace, when set, gets the timing of every request sent to a worker;
 	// benchmarks read the router's own share of the latency from it.
 	Trace func(Timing)
+	// RetryReset sends a request whose connection broke before any byte
+	// of the answer reached the client to another worker, once
+	// (--retry-reset).
+	RetryReset bool
 
 	seq atomic.Uint64
 
@@ -81,12 +85,14 @@ func (s *Server) warnEvery(kind, msg string, args ...any) {
 // defaultMaxBody bounds request bodies unless Server.MaxBody says otherwise.
 const defaultMaxBody = 32 << 20
 
-// Mount routes the front door on mux: the OpenAI API and /healthz.
+// Mount routes the front door on mux: the OpenAI API, /healthz and
+// /readyz.
 func (s *Server) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/completions", s.inference(KindCompletion))
 	mux.HandleFunc("POST /v1/chat/completions", s.inference(KindChat))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
 }
 
 // apiError is an error for a client, OpenAI-style.
@@ -103,14 +109,16 @@ func badRequest(err error) *apiError {
 	return &apiError{http.StatusBadRequest, "invalid_request_error", err.Error(), outcomeBadRequest}
 }
 
+// errorBody is an OpenAI error object, under "error".
+type errorBody struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   any    `json:"param"`
+	Code    int    `json:"code"`
+}
+
 func writeError(w http.ResponseWriter, e *apiError) {
-	type body struct {
-		Message string `json:"message"`
-		Type    string `json:"type"`
-		Param   any    `json:"param"`
-		Code    int    `json:"code"`
-	}
-	WriteJSON(w, e.status, map[string]body{"error": {Message: e.message, Type: e.kind, Code: e.status}})
+	WriteJSON(w, e.status, map[string]errorBody{"error": {Message: e.message, Type: e.kind, Code: e.status}})
 }
 
 // WriteJSON answers with v, indented, as every JSON answer of the router
@@ -247,11 +255,19 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 	p.tokens, err = s.Tok.Tokenize(r.Context(), req)
 	p.tokenized = time.Since(start)
 	s.Metrics.tokenize.Observe(p.tokenized.Seconds())
+	var unserved error
+	if err != nil && !errors.Is(err, ErrBadRequest) {
+		unserved = s.Router.CheckModel(req.Model)
+	}
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return nil, badRequest(err)
 	case err != nil && r.Context().Err() != nil:
 		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "canceled", outcomeCanceled}
+	case err != nil && unserved != nil:
+		// An engine tokenizer had no worker to ask: the request is for a
+		// model nobody serves, which is what its client must hear.
+		return nil, &apiError{http.StatusNotFound, "not_found_error", unserved.Error(), outcomeNoWorker}
 	case err != nil:
 		// Route on load alone rather than fail a request the engine
 		// would serve.
@@ -303,34 +319,57 @@ func (s *Server) inference(kind Kind) http.HandlerFunc {
 			return
 		}
 		p.received = received
-		var exclude []string
-		for {
-			d, took, aerr := s.decide(p, exclude, false)
-			if aerr != nil {
-				s.fail(w, aerr)
-				return
+		s.route(w, r, p)
+	}
+}
+
+// maxAttempts bounds the workers one request is tried on: a refused
+// connection is retried elsewhere (nothing was sent), and so, once, is one
+// that broke before any answer.
+const maxAttempts = 3
+
+// route decides and sends, again on another worker when the first attempt
+// reached nobody.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, p *prepared) {
+	var exclude []string
+	var last sendResult // the attempt before, when retrying
+	prev, noAnswers := "", 0
+	for attempt := 1; ; attempt++ {
+		d, took, aerr := s.decide(p, exclude, false)
+		if aerr != nil {
+			if last.err != nil {
+				// No worker left to retry on: the first failure says
+				// more than "every worker was excluded".
+				s.warnEvery("noretry:"+prev, "worker failed before answering and no other worker is left to retry on",
+					"worker", prev, "request", p.id, "err", last.err.message, "decision", aerr.message)
+				aerr = last.err
 			}
-			p.decided = took
-			res := s.send(w, r, p, d)
-			if res.refused && exclude == nil && p.forced == "" {
-				// Nothing reached the client yet: one more try elsewhere.
-				s.warnEvery("refused:"+d.Target.Worker.ID, "worker refused the connection; retrying on another",
-					"worker", d.Target.Worker.ID, "request", p.id)
-				s.Metrics.retries.Inc()
-				exclude = []string{d.Target.Worker.ID}
-				continue
-			}
-			if res.refused {
-				res.err = &apiError{http.StatusBadGateway, "upstream_error",
-					fmt.Sprintf("worker %s refused the connection", d.Target.Worker.ID), outcomeUpstreamError}
-			}
-			if res.err != nil {
-				s.fail(w, res.err)
-				return
-			}
-			s.Metrics.requests.WithLabelValues(res.outcome).Inc()
+			s.fail(w, aerr)
 			return
 		}
+		if last.err != nil {
+			s.warnEvery("retry:"+prev, "worker failed before answering; retrying on another",
+				"worker", prev, "retry_on", d.Target.Worker.ID, "request", p.id, "err", last.err.message)
+			s.Metrics.retries.Inc()
+		}
+		p.decided = took
+		res := s.send(w, r, p, d)
+		retry := res.retry == retryRefused || (res.retry == retryNoAnswer && s.RetryReset && noAnswers == 0)
+		if retry && p.forced == "" && attempt < maxAttempts {
+			// Nothing reached the client yet: try elsewhere.
+			if res.retry == retryNoAnswer {
+				noAnswers++
+			}
+			prev, last = d.Target.Worker.ID, res
+			exclude = append(exclude, prev)
+			continue
+		}
+		if res.err != nil {
+			s.fail(w, res.err)
+			return
+		}
+		s.Metrics.requests.WithLabelValues(res.outcome).Inc()
+		return
 	}
 }
 
@@ -361,6 +400,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
+// healthz says the router service runs: liveness, whatever its workers.
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	st := s.Router.Stats()
 	WriteJSON(w, http.StatusOK, map[string]any{
@@ -369,6 +409,30 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 		"models":         s.Router.Models(),
 		"discovery_live": st.DiscoveryLive,
 	})
+}
+
+// readyz says whether requests can be served: ready once at least one
+// registered worker is not down, 503 with the reason otherwise.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	st := s.Router.Stats()
+	workers := st.WorkersByMode[router.ModeEvents] + st.WorkersByMode[router.ModeApproximate]
+	out := map[string]any{
+		"status":         "ready",
+		"workers":        workers,
+		"workers_down":   st.WorkersDown,
+		"models":         s.Router.Models(),
+		"discovery_live": st.DiscoveryLive,
+	}
+	status := http.StatusOK
+	switch {
+	case workers == 0:
+		status, out["status"] = http.StatusServiceUnavailable, "not_ready"
+		out["reason"] = "no worker is registered: give --worker, or start state agents on this router's NATS"
+	case st.WorkersDown == workers:
+		status, out["status"] = http.StatusServiceUnavailable, "not_ready"
+		out["reason"] = "every worker is down: they refuse connections or fail their health probes"
+	}
+	WriteJSON(w, status, out)
 }
 
 func newID() string {

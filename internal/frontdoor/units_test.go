@@ -12,14 +12,18 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestRelaySSE(t *testing.T) {
 	long := strings.Repeat("x", 100<<10)
+	broken := errors.New("connection reset")
 	tests := []struct {
 		name, in, want string
+		broken         bool // the stream breaks after in
+		err            error
 		drop           bool
 		firsts         int
 		usage          []int // cached tokens reported
@@ -34,23 +38,44 @@ func TestRelaySSE(t *testing.T) {
 		{name: "usage dropped when not asked", drop: true,
 			in:   "data: {\"choices\":[{}],\"usage\":null}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n",
 			want: "data: {\"choices\":[{}],\"usage\":null}\n\ndata: [DONE]\n\n", firsts: 1, usage: []int{3}},
-		{name: "no final blank line", in: "data: z", want: "data: z", firsts: 1},
+		{name: "an event the stream ends in is dropped", in: "data: y\n\ndata: z", want: "data: y\n\n", err: errCutEvent, firsts: 1},
+		{name: "a line without its blank line is dropped", in: "data: y\n\ndata: z\n", want: "data: y\n\n", err: errCutEvent, firsts: 1},
+		{name: "broken mid-JSON", in: "data: {\"a\":1}\n\ndata: {\"b\"", broken: true, want: "data: {\"a\":1}\n\n", err: broken, firsts: 1},
+		{name: "broken at an event's end", in: "data: a\n\n", broken: true, want: "data: a\n\n", err: broken, firsts: 1},
+		{name: "broken before any event", in: "data: {", broken: true, err: broken},
 		{name: "no data at all", in: ": ping\n\n", want: ": ping\n\n"},
+		{name: "empty", in: ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
-			firsts := 0
+			firsts, starts := 0, 0
 			var cached []int
-			err := relaySSE(w, strings.NewReader(tc.in), tc.drop, func() { firsts++ }, func(u *usage) {
+			var in io.Reader = strings.NewReader(tc.in)
+			if tc.broken {
+				in = io.MultiReader(in, iotest.ErrReader(broken))
+			}
+			start := func() {
+				if starts++; w.Body.Len() > 0 {
+					t.Fatal("start after a write")
+				}
+			}
+			err := relaySSE(w, in, tc.drop, start, func() { firsts++ }, func(u *usage) {
 				n := -1
 				if u.Details != nil {
 					n = u.Details.CachedTokens
 				}
 				cached = append(cached, n)
 			})
-			if err != nil || w.Body.String() != tc.want || firsts != tc.firsts || !reflect.DeepEqual(cached, tc.usage) {
+			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) || w.Body.String() != tc.want || firsts != tc.firsts ||
+				!reflect.DeepEqual(cached, tc.usage) {
 				t.Fatalf("err %v firsts %d usage %v\n got %.200q\nwant %.200q", err, firsts, cached, w.Body.String(), tc.want)
+			}
+			// The head goes out with the first event, or alone at the
+			// clean end of an empty stream; never for a stream that
+			// broke before any event.
+			if wantStart := tc.want != "" || tc.err == nil; (starts == 1) != wantStart || starts > 1 {
+				t.Fatalf("start ran %d times", starts)
 			}
 		})
 	}

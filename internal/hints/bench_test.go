@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"kvrouter/internal/index"
 )
 
 // benchBody is a chat request of about 100 KB, the size of a long prompt.
@@ -29,10 +31,10 @@ func benchBody(hint bool) []byte {
 // skipped without its Meta lookup.
 func benchRequest(nCand, depth int, ascending bool) Request {
 	c := chain(depth)
-	metas := map[Source]Meta{}
+	metas := map[index.Source]Meta{}
 	cands := make([]Candidate, nCand)
 	for i := range cands {
-		s := Source{Worker: fmt.Sprintf("w%03d", i)}
+		s := index.Source{Worker: fmt.Sprintf("w%03d", i)}
 		metas[s] = Meta{CanConsume: true, Type: TypeAggregated, Endpoint: "tcp://10.0.0.1:25000", Ready: true}
 		d := depth / 2
 		switch {
@@ -43,10 +45,10 @@ func benchRequest(nCand, depth int, ascending bool) Request {
 		}
 		cands[i] = Candidate{Source: s, Depth: d, Chain: c[:d]}
 	}
-	t := Source{Worker: "target"}
+	t := index.Source{Worker: "target"}
 	return Request{Target: t, TargetMeta: Meta{CanConsume: true, Type: TypeAggregated, Ready: true},
 		PrefixToBeat: depth / 4, Chain: c[:depth/4], Candidates: cands,
-		Meta: func(s Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
+		Meta: func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
 }
 
 func BenchmarkSelect(b *testing.B) {

@@ -1,10 +1,12 @@
+// This file holds hints in request bodies: placements, Attach and Strip by edit, Extract.
+
 package hints
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+
 	"kvrouter/internal/rawjson"
 )
 
@@ -111,10 +113,13 @@ func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
 	if body[open] != '{' {
 		return nil, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
 	}
-	top, closing := members(body, open)
+	obj := body[open:]         // offsets below are the object's own
+	var buf [16]rawjson.Member // on the stack unless the body has more
+	top, closing := rawjson.Members(buf[:0], obj, 0)
+	obj = obj[:closing+1]
 	lastParams := -1
 	for i, m := range top {
-		if m.key == keyKVTransferParams {
+		if m.Key == keyKVTransferParams {
 			lastParams = i
 		}
 	}
@@ -122,11 +127,11 @@ func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
 	var edits []edit
 	for i, m := range top {
 		switch {
-		case topLevelHint(m.key):
+		case topLevelHint(m.Key):
 			edits = append(edits, edit{drop: true})
 			stripped = true
 			continue
-		case m.key != keyKVTransferParams:
+		case m.Key != keyKVTransferParams:
 			edits = append(edits, edit{})
 			continue
 		}
@@ -134,7 +139,7 @@ func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
 		if ins != nil && ins.nested && i == lastParams {
 			inner = ins
 		}
-		v, changed, err := rewriteParams(body[m.value:m.end], inner)
+		v, changed, err := rewriteParams(m.Value, inner)
 		if err != nil {
 			return nil, false, err
 		}
@@ -161,8 +166,8 @@ func rewrite(body []byte, ins *insert) ([]byte, bool, error) {
 	}
 	out := make([]byte, 0, len(body)+len(extra)+32)
 	out = append(out, body[:open]...)
-	out = writeObject(out, body[open:closing+1], shift(top, open), edits, extra)
-	out = append(out, body[closing+1:]...)
+	out = writeObject(out, obj, top, edits, extra)
+	out = append(out, body[open+closing+1:]...)
 	return out, stripped, nil
 }
 
@@ -179,11 +184,12 @@ func rewriteParams(v []byte, ins *insert) ([]byte, bool, error) {
 		}
 		return v, false, nil
 	}
-	ms, _ := members(v, 0)
+	var buf [8]rawjson.Member
+	ms, _ := rawjson.Members(buf[:0], v, 0)
 	edits := make([]edit, len(ms))
 	changed := false
 	for i, m := range ms {
-		if nestedHint(m.key) {
+		if nestedHint(m.Key) {
 			edits[i].drop = true
 			changed = true
 		}
@@ -198,52 +204,38 @@ func rewriteParams(v []byte, ins *insert) ([]byte, bool, error) {
 	return writeObject(make([]byte, 0, len(v)+len(extra)), v, ms, edits, extra), changed, nil
 }
 
-// member is one "key": value pair, by offsets into its object.
-type member struct {
-	key               string
-	start, value, end int
-}
-
 type edit struct {
 	drop    bool
 	replace bool
 	value   []byte
 }
 
-func shift(ms []member, by int) []member {
-	out := make([]member, len(ms))
-	for i, m := range ms {
-		out[i] = member{key: m.key, start: m.start - by, value: m.value - by, end: m.end - by}
-	}
-	return out
-}
-
 // writeObject appends obj with edits applied to its members and extra (a
 // ready "key":value) added last. Separators and whitespace are copied from
 // obj: a kept member brings the text between the previous member's end and
 // its own value, so dropping members never leaves a stray comma.
-func writeObject(dst, obj []byte, ms []member, edits []edit, extra []byte) []byte {
+func writeObject(dst, obj []byte, ms []rawjson.Member, edits []edit, extra []byte) []byte {
 	if len(ms) == 0 {
 		dst = append(dst, '{')
 		dst = append(dst, extra...)
 		return append(dst, obj[1:]...)
 	}
-	dst = append(dst, obj[:ms[0].start]...)
+	dst = append(dst, obj[:ms[0].Start]...)
 	kept := false
 	for i, m := range ms {
 		e := edits[i]
 		if e.drop {
 			continue
 		}
-		from := m.start
+		from := m.Start
 		if kept {
-			from = ms[i-1].end
+			from = ms[i-1].End
 		}
-		dst = append(dst, obj[from:m.value]...)
+		dst = append(dst, obj[from:m.End-len(m.Value)]...) // up to the value
 		if e.replace {
 			dst = append(dst, e.value...)
 		} else {
-			dst = append(dst, obj[m.value:m.end]...)
+			dst = append(dst, m.Value...)
 		}
 		kept = true
 	}
@@ -253,77 +245,46 @@ func writeObject(dst, obj []byte, ms []member, edits []edit, extra []byte) []byt
 		}
 		dst = append(dst, extra...)
 	}
-	return append(dst, obj[ms[len(ms)-1].end:]...)
+	return append(dst, obj[ms[len(ms)-1].End:]...)
 }
 
-// members lists the members of the object opening at b[open]; b must be
-// valid JSON. It returns them and the offset of the closing brace.
-func members(b []byte, open int) ([]member, int) {
-	var ms []member
-	i := rawjson.SkipSpace(b, open+1)
-	if b[i] == '}' {
-		return nil, i
-	}
-	for {
-		start := i
-		end := rawjson.SkipString(b, i)
-		key := string(b[i+1 : end-1])
-		if bytes.IndexByte(b[i:end], '\\') >= 0 {
-			// An escaped key must still match: a client could spell
-			// kv_hints as "kv\u005fhints" to smuggle a hint past Strip.
-			_ = json.Unmarshal(b[i:end], &key)
-		}
-		i = rawjson.SkipSpace(b, end)
-		i = rawjson.SkipSpace(b, i+1) // the colon
-		value := i
-		i = rawjson.SkipValue(b, i)
-		ms = append(ms, member{key: key, start: start, value: value, end: i})
-		i = rawjson.SkipSpace(b, i)
-		if b[i] == '}' {
-			return ms, i
-		}
-		i = rawjson.SkipSpace(b, i+1) // the comma
-	}
-}
-
-// Extract finds the hint an engine would read in body: current placements
-// before older ones and, where a key repeats, its last occurrence (as
-// Python's json keeps). found is false when no placement holds a non-null
-// value.
-func Extract(body []byte) (raw []byte, p Placement, found bool, err error) {
-	if !json.Valid(body) {
+// Extract finds the hint an engine reading the placements from, in that
+// order of preference, finds in body: where a key repeats, its last
+// occurrence (as Python's json keeps). found is false when none of them
+// holds a non-null value.
+func Extract(body []byte, from ...Placement) (raw []byte, p Placement, found bool, err error) {
+	if !rawjson.Valid(body) {
 		return nil, 0, false, fmt.Errorf("%w: not valid JSON", ErrBadBody)
 	}
 	open := rawjson.SkipSpace(body, 0)
 	if body[open] != '{' {
 		return nil, 0, false, fmt.Errorf("%w: want a JSON object at the top level", ErrBadBody)
 	}
-	top, _ := members(body, open)
-	var params []byte
-	for _, m := range top {
-		if m.key == keyKVTransferParams {
-			params = body[m.value:m.end]
-		}
+	top, _ := rawjson.Members(nil, body, open)
+	var inner []rawjson.Member
+	if params := last(top, keyKVTransferParams); len(params) > 0 && params[0] == '{' {
+		inner, _ = rawjson.Members(nil, params, 0)
 	}
-	var inner []member
-	if len(params) > 0 && params[0] == '{' {
-		inner, _ = members(params, 0)
-	}
-	for _, p := range []Placement{PlaceVLLM, PlaceSGLang, PlaceVLLMOld, PlaceSGLangOld} {
+	for _, p := range from {
 		key, nested, _ := p.key()
-		src, ms := body, top
+		ms := top
 		if nested {
-			src, ms = params, inner
+			ms = inner
 		}
-		var v []byte
-		for _, m := range ms {
-			if m.key == key {
-				v = src[m.value:m.end]
-			}
-		}
-		if v != nil && !bytes.Equal(v, []byte("null")) {
+		if v := last(ms, key); v != nil && !bytes.Equal(v, []byte("null")) {
 			return v, p, true, nil
 		}
 	}
 	return nil, 0, false, nil
+}
+
+// last returns the value of the last member named key, as Python's json
+// keeps the last of repeated keys; nil when there is none.
+func last(ms []rawjson.Member, key string) []byte {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Key == key {
+			return ms[i].Value
+		}
+	}
+	return nil
 }

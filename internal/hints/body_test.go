@@ -67,7 +67,7 @@ func TestBodyGolden(t *testing.T) {
 			if stripped == bytes.Equal(out, body) {
 				t.Errorf("stripped=%v but the body changed=%v", stripped, !bytes.Equal(out, body))
 			}
-			if _, _, found, _ := Extract(out); found {
+			if _, _, found, _ := Extract(out, allPlacements...); found {
 				t.Error("a hint survived Strip")
 			}
 			if want, got := withoutHints(decode(t, body)), decode(t, out); !reflect.DeepEqual(got, want) {
@@ -81,7 +81,7 @@ func TestBodyGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 				golden.Check(t, filepath.Join("testdata", "body", "out", name+"."+p.String()+".json"), out)
-				raw, got, found, err := Extract(out)
+				raw, got, found, err := Extract(out, p)
 				if err != nil || !found || got != p {
 					t.Fatalf("Extract = %v, %v, %v; want placement %v", got, found, err, p)
 				}
@@ -150,7 +150,7 @@ func TestBodyErrors(t *testing.T) {
 			if _, _, err := Strip([]byte(tt.body)); !errors.Is(err, ErrBadBody) {
 				t.Errorf("Strip: err = %v, want ErrBadBody", err)
 			}
-			if _, _, _, err := Extract([]byte(tt.body)); !errors.Is(err, ErrBadBody) {
+			if _, _, _, err := Extract([]byte(tt.body), allPlacements...); !errors.Is(err, ErrBadBody) {
 				t.Errorf("Extract: err = %v, want ErrBadBody", err)
 			}
 		})
@@ -163,25 +163,38 @@ func TestBodyErrors(t *testing.T) {
 	}
 }
 
+// TestExtractPrecedence: each engine reads its own placements, the current
+// one before the older, and of a repeated key the last.
 func TestExtractPrecedence(t *testing.T) {
+	vllm := []Placement{PlaceVLLM, PlaceVLLMOld}
+	sglang := []Placement{PlaceSGLang, PlaceSGLangOld}
+	type read struct {
+		p   Placement
+		raw string // "" for none
+	}
 	tests := []struct {
-		body  string
-		want  Placement
-		found bool
-		raw   string
+		body         string
+		vllm, sglang read
 	}{
-		{`{"kv_router_hint":{"a":1},"kv_transfer_params":{"router_hint":{"b":2}}}`, PlaceVLLMOld, true, `{"b":2}`},
-		{`{"kv_router_hint":{"a":1},"kv_hints":{"c":3}}`, PlaceSGLang, true, `{"c":3}`},
-		{`{"kv_transfer_params":{"kv_hint":{"x":1},"router_hint":{}},"kv_hints":{"c":3}}`, PlaceVLLM, true, `{"x":1}`},
-		{`{"kv_hints":{"first":1},"kv_hints":{"last":2}}`, PlaceSGLang, true, `{"last":2}`},
-		{`{"kv_hints":null,"kv_router_hint":{"a":1}}`, PlaceSGLangOld, true, `{"a":1}`},
-		{`{"kv_transfer_params":null}`, 0, false, ``},
-		{`{"messages":[{"kv_hints":{}}]}`, 0, false, ``},
+		{`{"kv_router_hint":{"a":1},"kv_transfer_params":{"router_hint":{"b":2}}}`, read{PlaceVLLMOld, `{"b":2}`}, read{PlaceSGLangOld, `{"a":1}`}},
+		{`{"kv_router_hint":{"a":1},"kv_hints":{"c":3}}`, read{}, read{PlaceSGLang, `{"c":3}`}},
+		{`{"kv_transfer_params":{"kv_hint":{"x":1},"router_hint":{}},"kv_hints":{"c":3}}`, read{PlaceVLLM, `{"x":1}`}, read{PlaceSGLang, `{"c":3}`}},
+		{`{"kv_hints":{"first":1},"kv_hints":{"last":2}}`, read{}, read{PlaceSGLang, `{"last":2}`}},
+		{`{"kv_transfer_params":{"kv_hint":{"first":1}},"kv_transfer_params":{"kv_hint":null,"router_hint":{"b":2}}}`, read{PlaceVLLMOld, `{"b":2}`}, read{}},
+		{`{"kv_hints":null,"kv_router_hint":{"a":1}}`, read{}, read{PlaceSGLangOld, `{"a":1}`}},
+		{`{"kv_transfer_params":null}`, read{}, read{}},
+		{`{"kv_transfer_params":[{"kv_hint":{}}]}`, read{}, read{}},
+		{`{"messages":[{"kv_hints":{}}]}`, read{}, read{}},
 	}
 	for _, tt := range tests {
-		raw, p, found, err := Extract([]byte(tt.body))
-		if err != nil || found != tt.found || p != tt.want || string(raw) != tt.raw {
-			t.Errorf("Extract(%s) = %s, %v, %v, %v; want %s, %v, %v", tt.body, raw, p, found, err, tt.raw, tt.want, tt.found)
+		for _, e := range []struct {
+			from []Placement
+			want read
+		}{{vllm, tt.vllm}, {sglang, tt.sglang}} {
+			raw, p, found, err := Extract([]byte(tt.body), e.from...)
+			if err != nil || found != (e.want.raw != "") || p != e.want.p || string(raw) != e.want.raw {
+				t.Errorf("Extract(%s, %v) = %s, %v, %v, %v; want %s, %v", tt.body, e.from, raw, p, found, err, e.want.raw, e.want.p)
+			}
 		}
 	}
 }

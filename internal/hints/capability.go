@@ -1,3 +1,5 @@
+// This file holds what workers advertise about hints: worker type, capability, descriptor keys.
+
 package hints
 
 import (

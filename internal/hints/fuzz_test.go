@@ -42,9 +42,8 @@ func FuzzParse(f *testing.F) {
 		if !reflect.DeepEqual(q.Hint, h) || q.Flat != p.Flat || len(q.Warnings) != 0 {
 			t.Fatalf("%s → %+v → %s → %+v", data, p, again, q)
 		}
-		var book Book
-		if err := book.Submit("r", h); err != nil {
-			t.Fatalf("book refuses a parsed hint: %v", err)
+		if err := h.check(); err != nil {
+			t.Fatalf("a parsed hint fails Hint's own check: %v", err)
 		}
 	})
 }
@@ -62,7 +61,7 @@ func FuzzStrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		out, stripped, err := Strip(body)
 		if err != nil {
-			if _, _, _, xerr := Extract(body); xerr == nil {
+			if _, _, _, xerr := Extract(body, allPlacements...); xerr == nil {
 				t.Fatalf("Strip refuses what Extract reads: %v", err)
 			}
 			return
@@ -70,7 +69,7 @@ func FuzzStrip(f *testing.F) {
 		if !json.Valid(out) {
 			t.Fatalf("Strip wrote invalid JSON %s", out)
 		}
-		if _, _, found, _ := Extract(out); found {
+		if _, _, found, _ := Extract(out, allPlacements...); found {
 			t.Fatalf("a hint survived in %s", out)
 		}
 		if want, got := withoutHints(decode(t, body)), decode(t, out); !reflect.DeepEqual(got, want) {
@@ -87,7 +86,7 @@ func FuzzStrip(f *testing.F) {
 			if err != nil {
 				continue // only a kv_transfer_params that is no object
 			}
-			raw, got, found, err := Extract(with)
+			raw, got, found, err := Extract(with, p)
 			if err != nil || !found || got != p {
 				t.Fatalf("Attach(%v) wrote %s; Extract = %v, %v, %v", p, with, got, found, err)
 			}

@@ -1,3 +1,5 @@
+// This file holds the Hint and its JSON writing: the kv.fetch@1.0 envelope and the flat form.
+
 package hints
 
 import (
@@ -25,7 +27,7 @@ func (h Hint) check() error {
 }
 
 // AppendEnvelope appends h as a kv.fetch@1.0 envelope for request messageID,
-// byte for byte in SPEC 5.1's key order. Hand-written rather than
+// byte for byte in the key order of docs/wire.md §6.3. Hand-written rather than
 // json.Marshal'ed so that the order is fixed and hashes stay exact u64
 // decimals.
 func AppendEnvelope(dst []byte, messageID string, h Hint) []byte {

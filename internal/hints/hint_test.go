@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// specEnvelope is SPEC 5.1's example as printed there, with its spacing.
+// specEnvelope is the example of docs/wire.md §6.3 as printed there, with its spacing.
 const specEnvelope = `{"protocol_version": "0.1", "message_id": "<request id>",
  "actions": [{"action_id": "a1", "action_type": "kv.fetch", "action_version": "1.0",
               "payload": {"source_control_endpoint": "tcp://10.0.0.7:25000",
@@ -38,9 +38,9 @@ func TestEncodeGolden(t *testing.T) {
 	}
 }
 
-// The envelope is SPEC 5.1's example byte for byte, once its spacing is
-// taken out.
-func TestEnvelopeMatchesSpec(t *testing.T) {
+// The envelope is the example of docs/wire.md §6.3 byte for byte, once its
+// spacing is taken out.
+func TestEnvelopeMatchesWireDoc(t *testing.T) {
 	var want bytes.Buffer
 	if err := json.Compact(&want, []byte(specEnvelope)); err != nil {
 		t.Fatal(err)

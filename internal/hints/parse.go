@@ -1,3 +1,5 @@
+// This file holds a consumer's rules for a hint read into Go values, and the errors they raise.
+
 package hints
 
 import (

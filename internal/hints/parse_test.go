@@ -25,7 +25,7 @@ func TestParse(t *testing.T) {
 		err      error
 		field    string // the error must name it
 	}{
-		{name: "SPEC envelope", in: specEnvelope,
+		{name: "wire.md envelope", in: specEnvelope,
 			want: Hint{Endpoint: "tcp://10.0.0.7:25000", BlockHashes: []uint64{11, 22}}},
 		{name: "legacy flat form", in: `{"source_control_endpoint":"tcp://h:1","block_hashes":[7]}`,
 			want: Hint{Endpoint: "tcp://h:1", BlockHashes: []uint64{7}}, flat: true},

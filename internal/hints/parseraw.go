@@ -1,8 +1,11 @@
+// This file holds Parse: a hint read from JSON text, its hash lists scanned in place.
+
 package hints
 
 import (
 	"bytes"
 	"encoding/json"
+
 	"kvrouter/internal/rawjson"
 )
 
@@ -14,7 +17,7 @@ import (
 // block_hashes as raw JSON read in place, and hands the result to
 // ParseValue: one set of rules, applied to either input.
 func Parse(data []byte) (Parsed, error) {
-	if !json.Valid(data) {
+	if !rawjson.Valid(data) {
 		return Parsed{}, &FieldError{Field: "hint", Err: ErrMalformed, Msg: "not JSON"}
 	}
 	data = bytes.TrimLeft(data, " \t\r\n")
@@ -43,10 +46,9 @@ func actions(raw json.RawMessage) any {
 	if raw[0] != '[' {
 		return decodeValue(raw)
 	}
-	spans := elems(raw)
-	out := make([]any, 0, len(spans))
-	for _, sp := range spans {
-		a := raw[sp[0]:sp[1]]
+	elems, _ := rawjson.Elements(nil, raw, 0)
+	out := make([]any, 0, len(elems))
+	for _, a := range elems {
 		if a[0] != '{' {
 			out = append(out, nil)
 			continue
@@ -99,26 +101,12 @@ func listOrValue(raw json.RawMessage) any {
 // without copying them. Duplicate keys keep the last value, as Python's
 // json does.
 func rawObject(raw []byte) map[string]json.RawMessage {
-	ms, _ := members(raw, 0)
+	ms, _ := rawjson.Members(nil, raw, 0)
 	m := make(map[string]json.RawMessage, len(ms))
 	for _, x := range ms {
-		m[x.key] = raw[x.value:x.end]
+		m[x.Key] = x.Value
 	}
 	return m
-}
-
-// elems returns the offsets of a valid JSON list's elements.
-func elems(l []byte) [][2]int {
-	var out [][2]int
-	for i := rawjson.SkipSpace(l, 1); l[i] != ']'; {
-		end := rawjson.SkipValue(l, i)
-		out = append(out, [2]int{i, end})
-		i = rawjson.SkipSpace(l, end)
-		if l[i] == ',' {
-			i = rawjson.SkipSpace(l, i+1)
-		}
-	}
-	return out
 }
 
 // decodeValue decodes valid JSON with exact numbers.
@@ -136,9 +124,11 @@ type rawList []byte
 // hashes reads the list's elements as hashes in place, without an
 // allocation per element.
 func (l rawList) hashes(field string) ([]uint64, error) {
-	spans := elems(l)
-	return uniqueHashes(field, len(spans), func(i int) (uint64, error) {
-		return rawHash(l[spans[i][0]:spans[i][1]])
+	// A list of hashes holds no nested commas: counting them sizes the
+	// list in one vectorised pass.
+	elems, _ := rawjson.Elements(make([][]byte, 0, bytes.Count(l, []byte{','})+1), l, 0)
+	return uniqueHashes(field, len(elems), func(i int) (uint64, error) {
+		return rawHash(elems[i])
 	})
 }
 

@@ -1,3 +1,5 @@
+// This file holds the policies that weigh a pull against a recompute: MinBlocks and CostPolicy.
+
 package hints
 
 import (
@@ -5,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"kvrouter/internal/index"
 )
 
 // ErrBadRates marks a cost policy configured with rates that cannot produce
@@ -19,8 +23,8 @@ type Policy interface {
 
 // Pull is the transfer a hint would cause.
 type Pull struct {
-	Source Source
-	Target Source
+	Source index.Source
+	Target index.Source
 	// ExtraBlocks is how many blocks the target would gain beyond its own
 	// cached prefix; blocks it already holds are not pulled.
 	ExtraBlocks int
@@ -56,6 +60,8 @@ const (
 // the target is, which is why CostPolicy exists.
 type MinBlocks int
 
+var _ Policy = MinBlocks(0)
+
 func (m MinBlocks) Consider(p Pull) Estimate {
 	return Estimate{
 		Policy:      policyMinBlocks,
@@ -83,13 +89,15 @@ type Rates struct {
 // (where a long prefix still loses to a fast prefill).
 type CostPolicy struct {
 	defaults Rates
-	measured func(source, target Source) Rates
+	measured func(source, target index.Source) Rates
 }
+
+var _ Policy = (*CostPolicy)(nil)
 
 // NewCostPolicy returns a cost policy. defaults must be complete, since they
 // stand in for any rate telemetry has not measured yet; measured may be nil
 // and may leave any field zero.
-func NewCostPolicy(defaults Rates, measured func(source, target Source) Rates) (*CostPolicy, error) {
+func NewCostPolicy(defaults Rates, measured func(source, target index.Source) Rates) (*CostPolicy, error) {
 	switch {
 	case !(defaults.BandwidthBytesPerS > 0) || math.IsInf(defaults.BandwidthBytesPerS, 0):
 		return nil, fmt.Errorf("%w: BandwidthBytesPerS must be a positive finite default, got %v",

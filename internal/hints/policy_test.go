@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kvrouter/internal/index"
 )
 
 // Default rates chosen so the arithmetic is plain: a block is 1 MB at
@@ -20,7 +22,7 @@ var testRates = Rates{
 	BlockSize:          16,
 }
 
-func mustCost(t testing.TB, measured func(source, target Source) Rates) *CostPolicy {
+func mustCost(t testing.TB, measured func(source, target index.Source) Rates) *CostPolicy {
 	t.Helper()
 	c, err := NewCostPolicy(testRates, measured)
 	if err != nil {
@@ -35,7 +37,7 @@ func TestPolicyBehaviour(t *testing.T) {
 		"min_blocks":         MinBlocks(4),
 		"min_blocks_zero":    MinBlocks(0),
 		"cost":               mustCost(t, nil),
-		"cost_measured_slow": mustCost(t, func(_, _ Source) Rates { return Rates{PrefillTokensPerS: 4000} }),
+		"cost_measured_slow": mustCost(t, func(_, _ index.Source) Rates { return Rates{PrefillTokensPerS: 4000} }),
 	}
 	for name, p := range policies {
 		t.Run(name, func(t *testing.T) {
@@ -71,7 +73,7 @@ func TestPolicyBehaviour(t *testing.T) {
 				metas := fleet()
 				req := Request{Target: target, TargetMeta: metas[target], PrefixToBeat: 1, Chain: chain(300),
 					Candidates: []Candidate{{Source: w2, Depth: 1 + n, Chain: chain(300)[:1+n]}},
-					Meta:       func(s Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
+					Meta:       func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
 				h, d := Select(req, p)
 				want := n >= worthFrom
 				if d.Hinted() != want || (len(h.BlockHashes) > 0) != want || d.Estimate.Worth != want {
@@ -100,8 +102,8 @@ func TestCostPolicy(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
 		name               string
-		src                Source // w2 when zero
-		measured           func(source, target Source) Rates
+		src                index.Source // w2 when zero
+		measured           func(source, target index.Source) Rates
 		extra              int
 		worth              bool
 		pull, recompute    time.Duration
@@ -112,24 +114,24 @@ func TestCostPolicy(t *testing.T) {
 		{name: "beyond the crossover", extra: 11, worth: true, pull: 21 * ms, recompute: 22 * ms},
 		{name: "far beyond", extra: 1000, worth: true, pull: 1010 * ms, recompute: 2000 * ms},
 		{name: "slow link never pays off",
-			measured: func(_, _ Source) Rates { return Rates{BandwidthBytesPerS: 5e8} },
+			measured: func(_, _ index.Source) Rates { return Rates{BandwidthBytesPerS: 5e8} },
 			extra:    1000, pull: 2010 * ms, recompute: 2000 * ms, measuredBW: true},
 		{name: "slow target pays off sooner",
-			measured: func(_, _ Source) Rates { return Rates{PrefillTokensPerS: 4000} },
+			measured: func(_, _ index.Source) Rates { return Rates{PrefillTokensPerS: 4000} },
 			extra:    4, worth: true, pull: 14 * ms, recompute: 16 * ms, measPF: true},
 		{name: "slow target, still too few blocks",
-			measured: func(_, _ Source) Rates { return Rates{PrefillTokensPerS: 4000} },
+			measured: func(_, _ index.Source) Rates { return Rates{PrefillTokensPerS: 4000} },
 			extra:    3, pull: 13 * ms, recompute: 12 * ms, measPF: true},
 		{name: "measured setup and block size override defaults",
-			measured: func(_, _ Source) Rates { return Rates{SetupLatency: ms, BlockSize: 32, BytesPerBlock: 2e6} },
+			measured: func(_, _ index.Source) Rates { return Rates{SetupLatency: ms, BlockSize: 32, BytesPerBlock: 2e6} },
 			extra:    1, worth: true, pull: 3 * ms, recompute: 4 * ms},
 		{name: "unusable measurements fall back",
-			measured: func(_, _ Source) Rates {
+			measured: func(_, _ index.Source) Rates {
 				return Rates{BandwidthBytesPerS: math.Inf(1), PrefillTokensPerS: -5, SetupLatency: -ms}
 			},
 			extra: 11, worth: true, pull: 21 * ms, recompute: 22 * ms},
 		{name: "rates are per source and target pair",
-			measured: func(s, tg Source) Rates {
+			measured: func(s, tg index.Source) Rates {
 				if s == w3 && tg == target {
 					return Rates{BandwidthBytesPerS: 2e9}
 				}
@@ -137,7 +139,7 @@ func TestCostPolicy(t *testing.T) {
 			},
 			extra: 11, worth: true, pull: 21 * ms, recompute: 22 * ms},
 		{name: "the measured pair uses its rate", src: w3,
-			measured: func(s, tg Source) Rates {
+			measured: func(s, tg index.Source) Rates {
 				if s == w3 && tg == target {
 					return Rates{BandwidthBytesPerS: 2e9}
 				}
@@ -148,7 +150,7 @@ func TestCostPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src := tt.src
-			if src == (Source{}) {
+			if src == (index.Source{}) {
 				src = w2
 			}
 			e := mustCost(t, tt.measured).Consider(Pull{Source: src, Target: target, ExtraBlocks: tt.extra})

@@ -1,44 +1,12 @@
+// This file holds Select: the source a target should pull from, and why a hint is or is not sent.
+
 package hints
 
 import (
-	"cmp"
-	"fmt"
 	"slices"
+
+	"kvrouter/internal/index"
 )
-
-// Source is where KV blocks can be pulled from: a worker rank, whose blocks
-// are framework-owned and die with the engine, or a cache owner (Owner set),
-// whose runner-owned blocks outlive the worker that stored them.
-type Source struct {
-	Worker string
-	Rank   int
-	Owner  string
-}
-
-// Compare orders sources for tie-breaks: worker ranks before cache owners,
-// then by id, so that equal prefixes always go to the same source.
-func (s Source) Compare(o Source) int {
-	if (s.Owner == "") != (o.Owner == "") {
-		if s.Owner == "" {
-			return -1
-		}
-		return 1
-	}
-	if c := cmp.Compare(s.Owner, o.Owner); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(s.Worker, o.Worker); c != 0 {
-		return c
-	}
-	return cmp.Compare(s.Rank, o.Rank)
-}
-
-func (s Source) String() string {
-	if s.Owner != "" {
-		return "owner:" + s.Owner
-	}
-	return fmt.Sprintf("%s/%d", s.Worker, s.Rank)
-}
 
 // Meta is what the router knows about one source or target rank.
 type Meta struct {
@@ -63,7 +31,7 @@ type Run struct {
 
 // Candidate is one source's match against the request.
 type Candidate struct {
-	Source Source
+	Source index.Source
 	// Depth is the matched prefix in blocks from the root, on the device
 	// tier or a runner-owned tier.
 	Depth int
@@ -73,16 +41,19 @@ type Candidate struct {
 	Suffix *Run
 	// HashConflict: the source's engine hashes disagree with the target's,
 	// so the target could not look the pulled blocks up.
+	//
+	// A candidate carries no cache salt to compare with the request's: the
+	// salt is part of a block's identity (kvhash.SeedFor seeds the local
+	// hashes with it), so the index matches a request only against blocks
+	// stored under the request's own salt.
 	HashConflict bool
-	Salt         string
 }
 
 // Request is the input to Select once the target is chosen.
 type Request struct {
-	Target       Source
+	Target       index.Source
 	TargetMeta   Meta
-	PrefixToBeat int    // the target's own cached device prefix, in blocks
-	Salt         string // the request's cache salt
+	PrefixToBeat int // the target's own cached device prefix, in blocks
 	// Chain is the request's engine block hashes as far as the target's
 	// cache knows them (at least [0, PrefixToBeat) when available). It
 	// anchors suffix runs and is checked against the winner's chain.
@@ -91,7 +62,7 @@ type Request struct {
 	// source's tiers into one depth.
 	Candidates []Candidate
 	// Meta looks a source up; false means unknown, which is never a source.
-	Meta func(Source) (Meta, bool)
+	Meta func(index.Source) (Meta, bool)
 }
 
 // Reason says why Select produced a hint or not; its String is a metric
@@ -109,7 +80,6 @@ const (
 	ReasonSourceNotCapable        // ... lacks router_hint or an endpoint, or is unknown
 	ReasonNotReady                // ... has an event stream still catching up
 	ReasonConflict                // ... has engine hashes that disagree with the target's
-	ReasonSaltMismatch            // ... was stored under another cache salt
 	ReasonHole                    // ... holds a run that does not join the target's prefix
 	// From here on a winner was chosen, then refused.
 	ReasonChainTruncated  // the winner's depth exceeds its retained chain
@@ -129,7 +99,6 @@ var reasonNames = [...]string{
 	ReasonSourceNotCapable: "source_not_capable",
 	ReasonNotReady:         "not_ready",
 	ReasonConflict:         "conflict",
-	ReasonSaltMismatch:     "salt_mismatch",
 	ReasonHole:             "hole",
 	ReasonChainTruncated:   "chain_truncated",
 	ReasonChainMismatch:    "chain_mismatch",
@@ -151,7 +120,7 @@ type Decision struct {
 	// was chosen, even if it was then refused (truncated, not worth it). For
 	// the reasons that exclude a source they describe the deepest excluded
 	// one instead.
-	Source Source
+	Source index.Source
 	Start  int // first block of the payload: 0 for a prefix
 	Reach  int // the block the target would hold up to: prefix depth or run end
 	Suffix bool
@@ -165,7 +134,7 @@ func (d Decision) Hinted() bool { return d.Reason == ReasonHinted }
 // pick is the best option found so far: a prefix or a suffix run.
 type pick struct {
 	ok    bool
-	src   Source
+	src   index.Source
 	start int
 	reach int
 	chain []uint64 // retained hashes from start on
@@ -174,12 +143,12 @@ type pick struct {
 }
 
 // better reports whether an option reaching reach from source s beats p.
-func (p pick) better(reach int, s Source) bool {
+func (p pick) better(reach int, s index.Source) bool {
 	return !p.ok || reach > p.reach || reach == p.reach && s.Compare(p.src) < 0
 }
 
-// Select picks the source the target should pull from, following SPEC 5
-// (Dynamo's best_source): the eligible source with the longest prefix beyond
+// Select picks the source the target should pull from, following docs/wire.md
+// §6.1 (Dynamo's best_source): the eligible source with the longest prefix beyond
 // the target's own, or a suffix run that joins the target's prefix and
 // reaches strictly further than that best prefix. A winner whose retained
 // chain is too short fails closed rather than falling back to a runner-up,
@@ -277,7 +246,7 @@ func Select(req Request, policy Policy) (Hint, Decision) {
 	return Hint{Endpoint: m.Endpoint, BlockHashes: slices.Clone(payload)}, d
 }
 
-// eligible applies SPEC 5's source rules to c; it returns ReasonHinted for
+// eligible applies docs/wire.md §6.1's source rules to c; it returns ReasonHinted for
 // an eligible source.
 func eligible(req Request, c *Candidate) Reason {
 	if c.Source.Owner == "" && c.Source.Worker == req.Target.Worker && c.Source.Rank == req.Target.Rank {
@@ -285,9 +254,6 @@ func eligible(req Request, c *Candidate) Reason {
 	}
 	if c.HashConflict {
 		return ReasonConflict
-	}
-	if c.Salt != req.Salt {
-		return ReasonSaltMismatch
 	}
 	if req.Meta == nil {
 		return ReasonSourceNotCapable

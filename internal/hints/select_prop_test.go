@@ -5,12 +5,14 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"kvrouter/internal/index"
 )
 
 // randomRequest draws a fleet where every rule of Select has a chance to
-// fire: mixed types, readiness, salts, conflicts, truncation and runs.
-func randomRequest(r *rand.Rand) (Request, map[Source]Meta) {
-	pool := []Source{target, w1r1, w2, w3, p1, ownerA, ownerB}
+// fire: mixed types, readiness, conflicts, truncation and runs.
+func randomRequest(r *rand.Rand) (Request, map[index.Source]Meta) {
+	pool := []index.Source{target, w1r1, w2, w3, p1, ownerA, ownerB}
 	metas := fleet()
 	for _, s := range pool[1:] {
 		m := metas[s]
@@ -28,9 +30,6 @@ func randomRequest(r *rand.Rand) (Request, map[Source]Meta) {
 			c.Chain = c.Chain[:r.IntN(c.Depth+1)]
 		}
 		c.HashConflict = r.IntN(10) == 0
-		if r.IntN(10) == 0 {
-			c.Salt = "tenant-a"
-		}
 		if r.IntN(2) == 0 {
 			start := r.IntN(6)
 			end := start + 1 + r.IntN(12-start)
@@ -45,15 +44,15 @@ func randomRequest(r *rand.Rand) (Request, map[Source]Meta) {
 		}
 		req.Candidates = append(req.Candidates, c)
 	}
-	req.Meta = func(s Source) (Meta, bool) { m, ok := metas[s]; return m, ok }
+	req.Meta = func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }
 	return req, metas
 }
 
 // reference is Select's winner rule written the slow, obvious way: list
 // every eligible option, sort, take the first.
-func reference(req Request) (Source, int, int, bool) {
+func reference(req Request) (index.Source, int, int, bool) {
 	type option struct {
-		src        Source
+		src        index.Source
 		start, end int
 		run        bool
 	}
@@ -91,7 +90,7 @@ func reference(req Request) (Source, int, int, bool) {
 	case okP:
 		return p.src, 0, p.end, true
 	}
-	return Source{}, 0, 0, false
+	return index.Source{}, 0, 0, false
 }
 
 func TestSelectMatchesReferenceInAnyOrder(t *testing.T) {

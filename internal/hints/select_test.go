@@ -3,26 +3,28 @@ package hints
 import (
 	"slices"
 	"testing"
+
+	"kvrouter/internal/index"
 )
 
 // The fleet every selection case starts from: target w1/0 (aggregated)
 // holding 2 blocks of a 12-block request; w1/1, w2/0, w3/0 aggregated peers;
 // p1/0 a prefill worker; d1/0 a decode worker; two cache owners.
 var (
-	target  = Source{Worker: "w1", Rank: 0}
-	w1r1    = Source{Worker: "w1", Rank: 1}
-	w2      = Source{Worker: "w2", Rank: 0}
-	w3      = Source{Worker: "w3", Rank: 0}
-	p1      = Source{Worker: "p1", Rank: 0}
-	d1      = Source{Worker: "d1", Rank: 0}
-	ownerA  = Source{Owner: "aaaa:0001/00/01"}
-	ownerB  = Source{Owner: "bbbb:0001/00/02"}
-	unknown = Source{Worker: "ghost", Rank: 0}
+	target  = index.Source{Worker: "w1", Rank: 0}
+	w1r1    = index.Source{Worker: "w1", Rank: 1}
+	w2      = index.Source{Worker: "w2", Rank: 0}
+	w3      = index.Source{Worker: "w3", Rank: 0}
+	p1      = index.Source{Worker: "p1", Rank: 0}
+	d1      = index.Source{Worker: "d1", Rank: 0}
+	ownerA  = index.Source{Owner: "aaaa:0001/00/01"}
+	ownerB  = index.Source{Owner: "bbbb:0001/00/02"}
+	unknown = index.Source{Worker: "ghost", Rank: 0}
 )
 
-func fleet() map[Source]Meta {
+func fleet() map[index.Source]Meta {
 	agg := func(ep string) Meta { return Meta{CanConsume: true, Type: TypeAggregated, Endpoint: ep, Ready: true} }
-	return map[Source]Meta{
+	return map[index.Source]Meta{
 		target: agg("tcp://10.0.0.1:25000"),
 		w1r1:   agg("tcp://10.0.0.1:25001"),
 		w2:     agg("tcp://10.0.0.2:25000"),
@@ -44,11 +46,11 @@ func chain(n int) []uint64 {
 	return c
 }
 
-func prefix(s Source, depth int) Candidate {
+func prefix(s index.Source, depth int) Candidate {
 	return Candidate{Source: s, Depth: depth, Chain: chain(12)[:depth]}
 }
 
-func suffix(s Source, start, end int) Candidate {
+func suffix(s index.Source, start, end int) Candidate {
 	c := chain(12)
 	r := &Run{Start: start, End: end, Chain: c[start:end]}
 	if start > 0 {
@@ -61,10 +63,10 @@ func TestSelect(t *testing.T) {
 	tests := []struct {
 		name  string
 		cands []Candidate
-		edit  func(r *Request, metas map[Source]Meta)
+		edit  func(r *Request, metas map[index.Source]Meta)
 		// want
 		reason     Reason
-		src        Source
+		src        index.Source
 		start, end int // the decision's range; the payload is chain[start:end] when hinted
 		isSuffix   bool
 	}{
@@ -75,7 +77,7 @@ func TestSelect(t *testing.T) {
 			cands: []Candidate{prefix(target, 9)}, reason: ReasonSelf, src: target, end: 9},
 		{name: "a cache owner on the target's own endpoint is the target",
 			cands: []Candidate{prefix(ownerA, 9)}, reason: ReasonSelf, src: ownerA, end: 9,
-			edit: func(r *Request, m map[Source]Meta) {
+			edit: func(r *Request, m map[index.Source]Meta) {
 				a := m[ownerA]
 				a.Endpoint = r.TargetMeta.Endpoint
 				m[ownerA] = a
@@ -94,44 +96,44 @@ func TestSelect(t *testing.T) {
 			cands: []Candidate{prefix(p1, 9)}, reason: ReasonTypeMismatch, src: p1, end: 9},
 		{name: "prefill to decode refused",
 			cands: []Candidate{prefix(p1, 9)}, reason: ReasonTypeMismatch, src: p1, end: 9,
-			edit: func(r *Request, m map[Source]Meta) { r.TargetMeta.Type = TypeDecode }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.TargetMeta.Type = TypeDecode }},
 		{name: "decode to decode allowed",
 			cands: []Candidate{prefix(d1, 9), prefix(p1, 10)}, src: d1, end: 9,
-			edit: func(r *Request, m map[Source]Meta) { r.TargetMeta.Type = TypeDecode }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.TargetMeta.Type = TypeDecode }},
 		{name: "a refused deeper source leaves the eligible one",
 			cands: []Candidate{prefix(p1, 11), prefix(w2, 5)}, src: w2, end: 5},
 		{name: "target without the capability flag",
 			cands: []Candidate{prefix(w2, 6)}, reason: ReasonNoCapability,
-			edit: func(r *Request, m map[Source]Meta) { r.TargetMeta.CanConsume = false }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.TargetMeta.CanConsume = false }},
 		{name: "target without a worker type",
 			cands: []Candidate{prefix(w2, 6)}, reason: ReasonNoCapability,
-			edit: func(r *Request, m map[Source]Meta) { r.TargetMeta.Type = TypeUnknown }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.TargetMeta.Type = TypeUnknown }},
 		{name: "target needs no endpoint of its own",
 			cands: []Candidate{prefix(w2, 6)}, src: w2, end: 6,
-			edit: func(r *Request, m map[Source]Meta) { r.TargetMeta.Endpoint = "" }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.TargetMeta.Endpoint = "" }},
 		{name: "a cache owner is never a target",
 			cands: []Candidate{prefix(w2, 6)}, reason: ReasonBadTarget,
-			edit: func(r *Request, m map[Source]Meta) { r.Target = ownerB }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.Target = ownerB }},
 		{name: "source without an endpoint",
 			cands: []Candidate{prefix(w2, 6)}, reason: ReasonSourceNotCapable, src: w2, end: 6,
-			edit: func(r *Request, m map[Source]Meta) { e := m[w2]; e.Endpoint = ""; m[w2] = e }},
+			edit: func(r *Request, m map[index.Source]Meta) { e := m[w2]; e.Endpoint = ""; m[w2] = e }},
 		{name: "source without the capability flag",
 			cands: []Candidate{prefix(w2, 6)}, reason: ReasonSourceNotCapable, src: w2, end: 6,
-			edit: func(r *Request, m map[Source]Meta) { e := m[w2]; e.CanConsume = false; m[w2] = e }},
+			edit: func(r *Request, m map[index.Source]Meta) { e := m[w2]; e.CanConsume = false; m[w2] = e }},
 		{name: "source without a worker type",
 			cands: []Candidate{prefix(w2, 6)}, reason: ReasonTypeMismatch, src: w2, end: 6,
-			edit: func(r *Request, m map[Source]Meta) { e := m[w2]; e.Type = TypeUnknown; m[w2] = e }},
+			edit: func(r *Request, m map[index.Source]Meta) { e := m[w2]; e.Type = TypeUnknown; m[w2] = e }},
 		{name: "unknown source",
 			cands: []Candidate{prefix(unknown, 6)}, reason: ReasonSourceNotCapable, src: unknown, end: 6},
 		{name: "source still catching up",
 			cands: []Candidate{prefix(w2, 6)}, reason: ReasonNotReady, src: w2, end: 6,
-			edit: func(r *Request, m map[Source]Meta) { e := m[w2]; e.Ready = false; m[w2] = e }},
+			edit: func(r *Request, m map[index.Source]Meta) { e := m[w2]; e.Ready = false; m[w2] = e }},
 		{name: "detached cache owner is still a source",
 			cands: []Candidate{prefix(ownerA, 8)}, src: ownerA, end: 8,
-			edit: func(r *Request, m map[Source]Meta) { e := m[ownerA]; e.Detached = true; m[ownerA] = e }},
+			edit: func(r *Request, m map[index.Source]Meta) { e := m[ownerA]; e.Detached = true; m[ownerA] = e }},
 		{name: "detached worker rank is not",
 			cands: []Candidate{prefix(w2, 8)}, reason: ReasonNotReady, src: w2, end: 8,
-			edit: func(r *Request, m map[Source]Meta) { e := m[w2]; e.Detached = true; m[w2] = e }},
+			edit: func(r *Request, m map[index.Source]Meta) { e := m[w2]; e.Detached = true; m[w2] = e }},
 		{name: "hash conflict is never a source",
 			cands:  []Candidate{func() Candidate { c := prefix(w2, 9); c.HashConflict = true; return c }()},
 			reason: ReasonConflict, src: w2, end: 9},
@@ -146,16 +148,6 @@ func TestSelect(t *testing.T) {
 				return c
 			}(), prefix(w3, 4)},
 			reason: ReasonChainMismatch, src: w2, end: 9},
-		{name: "salted request ignores an unsalted candidate",
-			cands: []Candidate{prefix(w2, 9)}, reason: ReasonSaltMismatch, src: w2, end: 9,
-			edit: func(r *Request, m map[Source]Meta) { r.Salt = "tenant-a" }},
-		{name: "unsalted request ignores a salted candidate",
-			cands:  []Candidate{func() Candidate { c := prefix(w2, 9); c.Salt = "tenant-a"; return c }()},
-			reason: ReasonSaltMismatch, src: w2, end: 9},
-		{name: "same salt matches",
-			cands: []Candidate{func() Candidate { c := prefix(w2, 9); c.Salt = "tenant-a"; return c }(), prefix(w3, 10)},
-			src:   w2, end: 9,
-			edit: func(r *Request, m map[Source]Meta) { r.Salt = "tenant-a" }},
 		{name: "winner deeper than its retained chain: no hint, no runner-up",
 			cands:  []Candidate{func() Candidate { c := prefix(w2, 9); c.Chain = c.Chain[:5]; return c }(), prefix(w3, 8)},
 			reason: ReasonChainTruncated, src: w2, end: 9},
@@ -173,7 +165,7 @@ func TestSelect(t *testing.T) {
 			reason: ReasonHole, src: ownerA, start: 2, end: 9, isSuffix: true},
 		{name: "suffix anchored beyond the known request chain",
 			cands: []Candidate{suffix(ownerA, 2, 9)}, reason: ReasonHole, src: ownerA, start: 2, end: 9, isSuffix: true,
-			edit: func(r *Request, m map[Source]Meta) { r.Chain = r.Chain[:1] }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.Chain = r.Chain[:1] }},
 		{name: "suffix reaching further than the best prefix wins",
 			cands: []Candidate{prefix(w2, 6), suffix(ownerA, 1, 7)}, src: ownerA, start: 1, end: 7, isSuffix: true},
 		{name: "suffix reaching as far as the best prefix loses",
@@ -192,7 +184,7 @@ func TestSelect(t *testing.T) {
 			cands: []Candidate{suffix(p1, 1, 9)}, reason: ReasonTypeMismatch, src: p1, start: 1, end: 9, isSuffix: true},
 		{name: "negative prefix to beat counts as none",
 			cands: []Candidate{prefix(w2, 1)}, src: w2, end: 1,
-			edit: func(r *Request, m map[Source]Meta) { r.PrefixToBeat = -3 }},
+			edit: func(r *Request, m map[index.Source]Meta) { r.PrefixToBeat = -3 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,7 +196,7 @@ func TestSelect(t *testing.T) {
 			if tt.edit != nil {
 				tt.edit(&req, metas)
 			}
-			req.Meta = func(s Source) (Meta, bool) { m, ok := metas[s]; return m, ok }
+			req.Meta = func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }
 			h, d := Select(req, MinBlocks(1))
 			if d.Reason != tt.reason {
 				t.Fatalf("reason = %v, want %v (decision %+v)", d.Reason, tt.reason, d)
@@ -241,7 +233,7 @@ func TestSelectCopiesPayload(t *testing.T) {
 	c := prefix(w2, 6)
 	c.Chain = slices.Clone(c.Chain)
 	req := Request{Target: target, TargetMeta: metas[target], PrefixToBeat: 2, Chain: chain(12),
-		Candidates: []Candidate{c}, Meta: func(s Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
+		Candidates: []Candidate{c}, Meta: func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
 	h, d := Select(req, MinBlocks(1))
 	if !d.Hinted() {
 		t.Fatalf("no hint: %+v", d)
@@ -253,7 +245,7 @@ func TestSelectCopiesPayload(t *testing.T) {
 }
 
 func TestSourceCompare(t *testing.T) {
-	ordered := []Source{
+	ordered := []index.Source{
 		{Worker: "a", Rank: 0}, {Worker: "a", Rank: 1}, {Worker: "a", Rank: 10}, {Worker: "b", Rank: 0},
 		{Owner: "0"}, {Owner: "a"}, {Owner: "b", Worker: "a"}, {Owner: "b", Worker: "b"},
 	}

@@ -1,10 +1,12 @@
+// This file holds the wire names: runtime data keys, the kv.fetch envelope, placements.
+
 package hints
 
 // Every wire name this package reads or writes. These names were renamed
 // several times upstream; keeping them here makes the next rename a one-file
 // change.
 
-// Registration runtime data (SPEC 4.1), current and older names.
+// Registration runtime data (docs/wire.md §5.1), current and older names.
 const (
 	keyCapability          = "router_hint"
 	keyCapabilityOld       = "kv_hint.transfer.v1"
@@ -19,7 +21,7 @@ const (
 	workerTypeUnknownLabel = "unknown"
 )
 
-// The kv.fetch@1.0 envelope and its legacy flat payload (SPEC 5.1).
+// The kv.fetch@1.0 envelope and its legacy flat payload (docs/wire.md §6.3).
 const (
 	keyProtocolVersion = "protocol_version"
 	keyMessageID       = "message_id"

@@ -1,3 +1,5 @@
+// This file holds the large tables mapped outside the Go heap, on huge pages where granted.
+
 package index
 
 import (

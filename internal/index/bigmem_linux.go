@@ -1,3 +1,5 @@
+// This file holds the Linux mapping of large tables: mmap aligned to 2 MiB, with MADV_HUGEPAGE.
+
 package index
 
 import (

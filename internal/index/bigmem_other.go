@@ -1,3 +1,5 @@
+// This file holds the large-table mapping where there is none: tables stay on the Go heap.
+
 //go:build !linux
 
 package index

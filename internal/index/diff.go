@@ -1,3 +1,5 @@
+// This file holds a match's lazy per-source accounting: where each source's holding changes.
+
 package index
 
 import "math/bits"

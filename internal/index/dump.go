@@ -1,3 +1,5 @@
+// This file holds Dump and Held: the ops that rebuild one source's residency, and its counts.
+
 package index
 
 import (

@@ -1,3 +1,5 @@
+// This file holds each source's table from engine hashes to the identities they stored.
+
 package index
 
 import "unsafe"

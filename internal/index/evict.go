@@ -1,3 +1,5 @@
+// This file holds recency and eviction: the memory budget, the caps and what is dropped first.
+
 package index
 
 // Recency: Match advances a logical clock; a node's stamp is the epoch
@@ -17,28 +19,84 @@ func evictKey(n *node) uint64 {
 	return uint64(n.loadStamp())<<32 | uint64(maxDepth-n.depth())
 }
 
+// Memory per block and per (block, source) pair, heap plus mapped tables,
+// fitted to indexes of 256,000 blocks in chains of 64 held by 1, 2, 4 and
+// 16 sources (98, 131, 225 and 739 bytes per block measured) and rounded
+// up, so the estimate is at or above the measured memory at every count.
+// With the sharing of the index benchmark (docs/benchmarks.md: 67.4 bytes
+// per pair) it overestimates too.
+const (
+	BytesPerBlock = 60
+	BytesPerPair  = 45
+)
+
+// EstimateBytes is the memory an index of blocks block identities and
+// pairs (block, source) pairs takes, by BytesPerBlock and BytesPerPair.
+func EstimateBytes(blocks, pairs int64) int64 {
+	return blocks*BytesPerBlock + pairs*BytesPerPair
+}
+
+// DefaultMaxBytes is the index memory budget of a process that may use
+// available bytes and whose collector lets the heap grow to (1 +
+// gcPercent/100) × the live heap between collections (GOGC; negative, for
+// off, counts as Go's default 100). The index is most of a router's live
+// heap, so the budget gives the router's peak heap half the memory and
+// leaves the other half to the rest of the machine: available / 2 /
+// (1 + gcPercent/100), a tenth of it at the router's GOGC of 400.
+func DefaultMaxBytes(available int64, gcPercent int) int64 {
+	if gcPercent < 0 {
+		gcPercent = 100
+	}
+	if available <= 0 {
+		return 0
+	}
+	return max(1, available/2*100/int64(100+gcPercent))
+}
+
+// evictCount is how many blocks to evict from an index of blocks blocks and
+// pairs pairs to bring it to 15/16 of whichever caps it exceeds (0: no
+// cap), or 0 when it exceeds none. For the memory cap it assumes the
+// evicted blocks are held as widely as the average one; if they are held
+// less, the next Apply evicts again.
+func evictCount(blocks, pairs int64, maxBlocks int, maxBytes int64) int {
+	k := int64(0)
+	if maxBlocks > 0 && blocks > int64(maxBlocks) {
+		k = blocks - (int64(maxBlocks) - int64(maxBlocks)/16)
+	}
+	if est := EstimateBytes(blocks, pairs); maxBytes > 0 && est > maxBytes && blocks > 0 {
+		low := maxBytes - maxBytes/16
+		// Ceiling of the excess over the average block's bytes.
+		k = max(k, min(blocks, ((est-low)*blocks+est-1)/est))
+	}
+	return int(k)
+}
+
 func (ix *Index) maybeEvict() {
-	if ix.maxBlocks <= 0 || ix.blocks.Load() <= int64(ix.maxBlocks) {
+	if evictCount(ix.blocks.Load(), ix.pairs.Load(), ix.maxBlocks, ix.maxBytes) <= 0 {
 		return
 	}
 	if !ix.evictMu.TryLock() {
 		return // another writer is evicting
 	}
 	defer ix.evictMu.Unlock()
-	ix.evict()
+	// A pass for the memory cap evicts as many blocks as the average
+	// block's bytes say; blocks held by fewer sources than average free
+	// less, so go again while still over (rarely more than twice).
+	for ix.evict() {
+	}
 }
 
 type staleEntry struct {
 	seq, e uint64
 }
 
-// evict drops the least recent blocks down to 15/16 of the cap: evicting in
-// batches keeps the sweep's cost per inserted block constant.
-func (ix *Index) evict() {
-	low := int64(ix.maxBlocks) - int64(ix.maxBlocks)/16
-	k := int(ix.blocks.Load() - low)
+// evict drops the least recent blocks down to 15/16 of the caps: evicting
+// in batches keeps the sweep's cost per inserted block constant.
+// It reports whether it evicted anything.
+func (ix *Index) evict() bool {
+	k := evictCount(ix.blocks.Load(), ix.pairs.Load(), ix.maxBlocks, ix.maxBytes)
 	if k <= 0 {
-		return
+		return false
 	}
 	keys := make([]uint64, 0, ix.blocks.Load()+64)
 	for i := range ix.shards {
@@ -52,7 +110,7 @@ func (ix *Index) evict() {
 		sh.mu.RUnlock()
 	}
 	if len(keys) == 0 {
-		return
+		return false
 	}
 	k = min(k, len(keys))
 	th := selectKth(keys, k-1)
@@ -65,6 +123,7 @@ func (ix *Index) evict() {
 	atTh := k - below // how many of the nodes at the threshold go
 
 	stale := make(map[*source][]staleEntry)
+	dropped := 0
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.Lock()
@@ -91,6 +150,7 @@ func (ix *Index) evict() {
 				atTh--
 			}
 			ix.dropNode(sh, j, srcs, stale)
+			dropped++
 		}
 		sh.mu.Unlock()
 	}
@@ -116,6 +176,7 @@ func (ix *Index) evict() {
 		}
 		s.mu.Unlock()
 	}
+	return dropped > 0
 }
 
 // dropNode removes every holder of the node at pos and frees it.

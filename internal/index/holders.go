@@ -1,3 +1,5 @@
+// This file holds a node's holders: inline, sparse or dense words, and their engine hashes.
+
 package index
 
 import (

@@ -1,7 +1,7 @@
 // Package index is the router's inventory: which source holds which KV block
 // on which tier, for one model and block size.
 //
-// A block's identity is its rolling sequence hash (kvhash, SPEC 3.1): it
+// A block's identity is its rolling sequence hash (kvhash, docs/wire.md §4.1): it
 // commits to the whole prefix, so a node needs no parent or child links and
 // Match walks a request by hashing, never by pointer chasing. Sources keep
 // their own engine hashes beside it, because removals name them and hints
@@ -51,12 +51,17 @@ type Config struct {
 	// more, the least recently matched blocks (and their descendants) are
 	// evicted down to 15/16 of the cap. 0 means unbounded.
 	MaxBlocks int
+	// MaxBytes caps the index's memory the same way, as estimated from its
+	// counts (EstimateBytes): a block costs more the more sources hold it,
+	// so a memory bound cannot be a block count. 0 means unbounded.
+	MaxBytes int64
 }
 
 // Index is the inventory of one (model, block size).
 type Index struct {
 	blockSize int
 	maxBlocks int
+	maxBytes  int64
 
 	shards [numShards]shard
 	nodes  store
@@ -89,7 +94,10 @@ func New(cfg Config) (*Index, error) {
 	if cfg.MaxBlocks < 0 {
 		return nil, fmt.Errorf("index: Config.MaxBlocks must not be negative, got %d", cfg.MaxBlocks)
 	}
-	ix := &Index{blockSize: cfg.BlockSize, maxBlocks: cfg.MaxBlocks}
+	if cfg.MaxBytes < 0 {
+		return nil, fmt.Errorf("index: Config.MaxBytes must not be negative, got %d", cfg.MaxBytes)
+	}
+	ix := &Index{blockSize: cfg.BlockSize, maxBlocks: cfg.MaxBlocks, maxBytes: cfg.MaxBytes}
 	for i := range ix.shards {
 		ix.shards[i].nodes = &ix.nodes
 	}
@@ -501,7 +509,8 @@ type Stats struct {
 	// store's huge pages below its allocator's bump (the rest of its last
 	// chunk is reserved, not backed).
 	Mapped int64
-	// Evicted counts blocks dropped to stay under Config.MaxBlocks.
+	// Evicted counts blocks dropped to stay under Config.MaxBlocks and
+	// Config.MaxBytes.
 	Evicted uint64
 	// UnknownParent counts stores rejected because their source did not
 	// hold the parent: each is a gap to resync.

@@ -1,3 +1,5 @@
+// This file holds the inline holders: up to three holder words kept in a node itself.
+
 package index
 
 // Inline holders. A node keeps up to three holder words in its last 8

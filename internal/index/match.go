@@ -1,3 +1,5 @@
+// This file holds Match: every source's overlap with a request, and the scratch it works in.
+
 package index
 
 import (
@@ -93,7 +95,7 @@ func (ix *Index) appendMatch(dst []Match, local []uint64, opts MatchOptions, mem
 	sc := ix.scratch.Get().(*scratch)
 	defer ix.scratch.Put(sc)
 	sc.reset(len(tbl.srcs), opts.Chains, len(local), mem)
-	if ix.maxBlocks > 0 {
+	if ix.maxBlocks > 0 || ix.maxBytes > 0 {
 		sc.now = ix.tick()
 	}
 	sc.prefetchLocal(local)

@@ -1,3 +1,5 @@
+// This file holds Op, one change to a source's residency, its conversion from events, its checks.
+
 package index
 
 import (
@@ -20,7 +22,7 @@ var (
 	// ErrInvalidOp: an op is malformed (lengths disagree, bad tier or kind).
 	ErrInvalidOp = errors.New("index: invalid op")
 	// ErrPlaceholder: a CPU-offload event without token ids cannot be
-	// indexed by tokens (SPEC 2.3); count it and drop it.
+	// indexed by tokens (docs/wire.md §3.5); count it and drop it.
 	ErrPlaceholder = errors.New("index: placeholder event without token ids")
 	// ErrSource: a Source is malformed.
 	ErrSource = errors.New("index: invalid source")
@@ -83,7 +85,7 @@ type Op struct {
 }
 
 // OpFromEvent converts a decoded engine event into an index op, computing
-// the blocks' local hashes from its token ids (SPEC 3.1): the LoRA name and
+// the blocks' local hashes from its token ids (docs/wire.md §4.1): the LoRA name and
 // cache salt go into the seed, which is what keeps tenants apart.
 func OpFromEvent(ev kvevents.Event) (Op, error) {
 	switch ev.Kind {

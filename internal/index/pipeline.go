@@ -1,3 +1,5 @@
+// This file holds Match's memory pipeline: the walk over blocks, prefetching windows ahead.
+
 package index
 
 import (

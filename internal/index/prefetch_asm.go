@@ -1,3 +1,5 @@
+// This file holds the declaration of prefetch, written in assembly for amd64 and arm64.
+
 //go:build amd64 || arm64
 
 package index

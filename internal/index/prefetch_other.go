@@ -1,3 +1,5 @@
+// This file holds prefetch where there is no prefetch instruction: it does nothing.
+
 //go:build !amd64 && !arm64
 
 package index

@@ -1,3 +1,5 @@
+// This file holds Set: one Index per (model, block size) and the source each one serves.
+
 package index
 
 import (
@@ -7,9 +9,10 @@ import (
 
 // Set keeps one Index per (model, block size) and knows which index each
 // source registered with, so that a source whose events carry another
-// block size than it advertised is refused (SPEC 3.1).
+// block size than it advertised is refused (docs/wire.md §3.5).
 type Set struct {
 	maxBlocks int
+	maxBytes  int64
 
 	mu      sync.RWMutex
 	indexes map[setKey]*Index
@@ -21,11 +24,12 @@ type setKey struct {
 	blockSize int
 }
 
-// NewSet returns an empty set whose indexes each cap at maxBlocks (0:
-// unbounded).
-func NewSet(maxBlocks int) *Set {
+// NewSet returns an empty set whose indexes each cap at maxBlocks blocks
+// and maxBytes of estimated memory (Config; 0: unbounded).
+func NewSet(maxBlocks int, maxBytes int64) *Set {
 	return &Set{
 		maxBlocks: max(maxBlocks, 0),
+		maxBytes:  max(maxBytes, 0),
 		indexes:   make(map[setKey]*Index),
 		sources:   make(map[Source]setKey),
 	}
@@ -50,7 +54,7 @@ func (st *Set) Register(src Source, model string, blockSize int) (*Index, error)
 	ix := st.indexes[key]
 	if ix == nil {
 		var err error
-		if ix, err = New(Config{BlockSize: blockSize, MaxBlocks: st.maxBlocks}); err != nil {
+		if ix, err = New(Config{BlockSize: blockSize, MaxBlocks: st.maxBlocks, MaxBytes: st.maxBytes}); err != nil {
 			return nil, err
 		}
 		st.indexes[key] = ix

@@ -8,7 +8,7 @@ import (
 )
 
 func TestSet(t *testing.T) {
-	set := NewSet(0)
+	set := NewSet(0, 0)
 	ixA, err := set.Register(w0, "llama", 16)
 	if err != nil {
 		t.Fatal(err)

@@ -1,3 +1,5 @@
+// This file holds the shard layout: nodes, the directory of identities and its probing.
+
 package index
 
 import (

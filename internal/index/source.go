@@ -1,3 +1,5 @@
+// This file holds Source and its interning into the small ids that holder words carry.
+
 package index
 
 import (
@@ -10,10 +12,10 @@ import (
 // Source is where blocks reside. Exactly one of Worker and Owner is set:
 //   - a worker rank (Worker, Rank): framework-owned residency, which ends
 //     with the engine process;
-//   - a cache owner (Owner, SPEC 4.4): runner-owned residency, which can
+//   - a cache owner (Owner, docs/wire.md §5.7): runner-owned residency, which can
 //     outlive the worker that stored it.
 //
-// The field layout matches hints.Source so that one converts to the other.
+// Hint selection names its sources and targets with it too.
 type Source struct {
 	Worker string
 	Rank   int

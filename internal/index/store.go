@@ -1,3 +1,5 @@
+// This file holds the node store: fixed node positions in chunks, and its free-slot search.
+
 package index
 
 import (

@@ -1,3 +1,5 @@
+// This file holds set tokens: equal holder sets share a token, so Match skips loading them.
+
 package index
 
 import "sync"

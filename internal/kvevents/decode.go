@@ -1,3 +1,5 @@
+// This file holds the Decoder: a batch's envelope and event list, its counters and errors.
+
 package kvevents
 
 import (
@@ -69,7 +71,7 @@ type tally struct {
 // use with DefaultMaxPayload; it is safe for concurrent use, and Stats may be
 // read while it decodes.
 //
-// It accepts every shape of SPEC 2.2–2.3 without being told which engine
+// It accepts every shape of docs/wire.md §3.1–3.9 without being told which engine
 // or build sent it, and applies these rules:
 //   - Map fields are selected by name in any order; array fields by vLLM's
 //     declaration order. In a BlockStored array, a map at position 7 is
@@ -261,10 +263,10 @@ func (s *scratch) arrayEnvelope(b *Batch) error {
 		return envelopeError("", err)
 	}
 	if n < 2 {
-		return envelopeError("", fmt.Errorf("%w: %d-element envelope, want [ts, events] or [ts, events, %s]", ErrMalformed, n, keyDPRank))
+		return envelopeError("", fmt.Errorf("%w: %d-element envelope, want [ts, events] or [ts, events, %s]", ErrMalformed, n, KeyDPRank))
 	}
 	if b.TS, err = s.r.float(); err != nil {
-		return envelopeError(keyTS, err)
+		return envelopeError(KeyTS, err)
 	}
 	if err := s.eventList(); err != nil {
 		return err
@@ -296,19 +298,19 @@ func (s *scratch) mapEnvelope(b *Batch) error {
 			return envelopeError("key", err)
 		}
 		switch string(key) {
-		case keyTS:
+		case KeyTS:
 			if b.TS, err = s.r.float(); err != nil {
-				return envelopeError(keyTS, err)
+				return envelopeError(KeyTS, err)
 			}
-		case keyEvents:
+		case KeyEvents:
 			if sawEvents {
-				return envelopeError(keyEvents, fmt.Errorf("%w: duplicate key", ErrMalformed))
+				return envelopeError(KeyEvents, fmt.Errorf("%w: duplicate key", ErrMalformed))
 			}
 			sawEvents = true
 			if err := s.eventList(); err != nil {
 				return err
 			}
-		case keyDPRank:
+		case KeyDPRank:
 			if err := s.dpRank(b); err != nil {
 				return err
 			}
@@ -320,7 +322,7 @@ func (s *scratch) mapEnvelope(b *Batch) error {
 		}
 	}
 	if !sawEvents {
-		return envelopeError(keyEvents, fmt.Errorf("%w: missing", ErrMalformed))
+		return envelopeError(KeyEvents, fmt.Errorf("%w: missing", ErrMalformed))
 	}
 	return nil
 }
@@ -332,7 +334,7 @@ func (s *scratch) dpRank(b *Batch) error {
 	}
 	v, err := s.r.int()
 	if err != nil {
-		return envelopeError(keyDPRank, err)
+		return envelopeError(KeyDPRank, err)
 	}
 	b.DPRank, b.HasDPRank = int(v), true
 	return nil
@@ -341,7 +343,7 @@ func (s *scratch) dpRank(b *Batch) error {
 func (s *scratch) eventList() error {
 	n, err := s.r.arrayLen()
 	if err != nil {
-		return envelopeError(keyEvents, err)
+		return envelopeError(KeyEvents, err)
 	}
 	// Sized by the header for typical batches; a hostile count only
 	// reserves a bounded amount, and append grows past it when real.

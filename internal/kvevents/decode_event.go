@@ -1,3 +1,5 @@
+// This file holds the decoding of one event: its tag, its fields by name or position, its checks.
+
 package kvevents
 
 import (
@@ -79,7 +81,7 @@ func (s *scratch) event(idx int) error {
 	}
 	kind, err := s.tag(isMap, n)
 	if err != nil {
-		return &DecodeError{Event: idx, Field: keyType, Err: err}
+		return &DecodeError{Event: idx, Field: KeyType, Err: err}
 	}
 	if kind == 0 {
 		s.tally.unknownTags++
@@ -124,7 +126,7 @@ func (s *scratch) tag(isMap bool, n int) (Kind, error) {
 		if err != nil {
 			return 0, err
 		}
-		if string(key) == keyType {
+		if string(key) == KeyType {
 			tag, err := s.r.str()
 			s.r.pos = first
 			return kindOf(tag), err
@@ -252,7 +254,7 @@ func (s *scratch) field(f field, ev *Event, sp *span, st *eventState) error {
 		if c, _ := s.r.peek(); isStr(c) {
 			var v []byte
 			v, err = s.r.str()
-			st.badOwner = string(v) != ownerRunner
+			st.badOwner = string(v) != OwnerKVCR
 			ev.Ownership = OwnedByRunner
 		} else if !s.r.nil() {
 			st.badOwner = true
@@ -482,7 +484,7 @@ func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) error {
 		ev.Placeholder = tokens == 0 || ev.BlockSize == 0
 		if !ev.Placeholder && (tokens%ev.BlockSize != 0 || tokens/ev.BlockSize != hashes) {
 			return fail(fTokenIDs, -1, fmt.Errorf("%w: %d token ids for %d %s of %s %d",
-				ErrMalformed, tokens, hashes, keyBlockHashes, keyBlockSize, ev.BlockSize))
+				ErrMalformed, tokens, hashes, KeyBlockHashes, KeyBlockSize, ev.BlockSize))
 		}
 		if st.extra[1] > st.extra[0] {
 			if err := s.extraKeys(ev, sp, st); err != nil {
@@ -491,7 +493,7 @@ func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) error {
 		}
 	}
 	if st.medium != nil {
-		name, tier, ok := mediumTier(st.medium)
+		name, tier, ok := MediumTier(st.medium)
 		if !ok {
 			s.tally.droppedMedium++
 			s.drop(st, "unknown medium", string(st.medium))
@@ -499,13 +501,13 @@ func (s *scratch) finishEvent(ev *Event, sp *span, st *eventState) error {
 		}
 		ev.Tier, ev.Medium = tier, name
 		// SGLang's KVCR linker reports runner-owned inventory this way.
-		if ev.Medium == mediumLinker {
+		if ev.Medium == MediumLinker {
 			ev.Ownership = OwnedByRunner
 		}
 	}
 	if st.badOwner {
 		s.tally.droppedOwnership++
-		s.drop(st, "ownership not "+strconv.Quote(ownerRunner), "")
+		s.drop(st, "ownership not "+strconv.Quote(OwnerKVCR), "")
 		return nil
 	}
 	if ev.Placeholder {

@@ -1,3 +1,5 @@
+// This file holds the event fields: names, array positions, and the fields each kind accepts.
+
 package kvevents
 
 // field identifies an event field independently of its encoding.
@@ -29,22 +31,22 @@ const (
 
 var fieldNames = [...]string{
 	fUnknown:       "",
-	fType:          keyType,
-	fBlockHashes:   keyBlockHashes,
-	fParent:        keyParent,
-	fTokenIDs:      keyTokenIDs,
-	fBlockSize:     keyBlockSize,
-	fLoRAID:        keyLoRAID,
-	fMedium:        keyMedium,
-	fLoRAName:      keyLoRAName,
-	fExtraKeys:     keyExtraKeys,
-	fGroupIdx:      keyGroupIdx,
-	fSpecKind:      keySpecKind,
-	fSlidingWindow: keySlidingWindow,
-	fLocality:      keyLocality,
-	fOwnership:     keyOwnership,
-	fSessionID:     keySessionID,
-	fCacheSalt:     keyCacheSalt,
+	fType:          KeyType,
+	fBlockHashes:   KeyBlockHashes,
+	fParent:        KeyParent,
+	fTokenIDs:      KeyTokenIDs,
+	fBlockSize:     KeyBlockSize,
+	fLoRAID:        KeyLoRAID,
+	fMedium:        KeyMedium,
+	fLoRAName:      KeyLoRAName,
+	fExtraKeys:     KeyExtraKeys,
+	fGroupIdx:      KeyGroupIdx,
+	fSpecKind:      KeySpecKind,
+	fSlidingWindow: KeySlidingWindow,
+	fLocality:      KeyLocality,
+	fOwnership:     KeyOwnership,
+	fSessionID:     KeySessionID,
+	fCacheSalt:     KeyCacheSalt,
 	fSGLangExtra:   "[7]",
 }
 
@@ -52,37 +54,37 @@ var fieldNames = [...]string{
 // allocate.
 func fieldOf(key []byte) field {
 	switch string(key) {
-	case keyType:
+	case KeyType:
 		return fType
-	case keyBlockHashes:
+	case KeyBlockHashes:
 		return fBlockHashes
-	case keyParent:
+	case KeyParent:
 		return fParent
-	case keyTokenIDs:
+	case KeyTokenIDs:
 		return fTokenIDs
-	case keyBlockSize:
+	case KeyBlockSize:
 		return fBlockSize
-	case keyLoRAID:
+	case KeyLoRAID:
 		return fLoRAID
-	case keyMedium:
+	case KeyMedium:
 		return fMedium
-	case keyLoRAName:
+	case KeyLoRAName:
 		return fLoRAName
-	case keyExtraKeys:
+	case KeyExtraKeys:
 		return fExtraKeys
-	case keyGroupIdx:
+	case KeyGroupIdx:
 		return fGroupIdx
-	case keySpecKind:
+	case KeySpecKind:
 		return fSpecKind
-	case keySlidingWindow:
+	case KeySlidingWindow:
 		return fSlidingWindow
-	case keyLocality:
+	case KeyLocality:
 		return fLocality
-	case keyOwnership:
+	case KeyOwnership:
 		return fOwnership
-	case keySessionID:
+	case KeySessionID:
 		return fSessionID
-	case keyCacheSalt:
+	case KeyCacheSalt:
 		return fCacheSalt
 	}
 	return fUnknown
@@ -121,11 +123,11 @@ var (
 
 func kindOf(tag []byte) Kind {
 	switch string(tag) {
-	case tagStored:
+	case TagStored:
 		return KindStored
-	case tagRemoved:
+	case TagRemoved:
 		return KindRemoved
-	case tagCleared:
+	case TagCleared:
 		return KindCleared
 	}
 	return 0

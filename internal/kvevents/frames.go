@@ -1,3 +1,5 @@
+// This file holds Frame, one engine message, and the capture files that store frames as lines.
+
 package kvevents
 
 import (
@@ -13,7 +15,7 @@ import (
 // ErrBadFrame: a capture line is not `<topic> <seq 16 hex> <payload hex>`.
 var ErrBadFrame = errors.New("bad capture line")
 
-// Frame is one engine message: the three ZMQ frames of SPEC 2.1.
+// Frame is one engine message: the three ZMQ frames of docs/wire.md §2.3.
 type Frame struct {
 	Topic   string
 	Seq     uint64
@@ -30,12 +32,14 @@ type Source interface {
 // topic and seq.
 const maxLine = 2*DefaultMaxPayload + 4096
 
-// FrameReader reads a capture file (see /work/shared/captures/README.md):
-// one message a line. Blank lines and lines starting with '#' are skipped.
+// FrameReader reads a capture file: one message a line, as ParseFrame reads
+// it. Blank lines and lines starting with '#' are skipped.
 type FrameReader struct {
 	sc   *bufio.Scanner
 	line int
 }
+
+var _ Source = (*FrameReader)(nil)
 
 // NewFrameReader reads frames from r.
 func NewFrameReader(r io.Reader) *FrameReader {

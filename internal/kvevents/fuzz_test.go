@@ -3,7 +3,6 @@ package kvevents
 import (
 	"bytes"
 	"errors"
-	"math"
 	"os"
 	"reflect"
 	"testing"
@@ -17,15 +16,12 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		mustHex(tb, specV3),
 		mustHex(tb, specV1)[:100],
 		arr(f64(1), arr(vllmRemoved())),
-		obj(str(keyEvents), arr(arr(str(tagCleared))), str(keyTS), f64(1), str(keyDPRank), null),
-		batch(arr(str(tagStored), arr(i64(-5)), null, arr(arr(uv(1), uv(2))), uv(1), null, str("GPU"), obj(str(keyCacheSalt), str("s")))),
-		batch(vllmStored(kv(keyBlockHashes, arr(bin(make([]byte, 32)))), kv(keyOwnership, str(ownerRunner)))),
-		batch(vllmRemoved(kv(keyMedium, str("EXTERNAL")))),
-		batch(vllmStored(kv(keyTokenIDs, arr()), kv(keyMedium, str("CPU")))),
+		obj(str(KeyEvents), arr(arr(str(TagCleared))), str(KeyTS), f64(1), str(KeyDPRank), null),
+		batch(arr(str(TagStored), arr(i64(-5)), null, arr(arr(uv(1), uv(2))), uv(1), null, str("GPU"), obj(str(KeyCacheSalt), str("s")))),
+		batch(vllmStored(kv(KeyBlockHashes, arr(bin(make([]byte, 32)))), kv(KeyOwnership, str(OwnerKVCR)))),
+		batch(vllmRemoved(kv(KeyMedium, str("EXTERNAL")))),
+		batch(vllmStored(kv(KeyTokenIDs, arr()), kv(KeyMedium, str("CPU")))),
 		raw(tb, "dd7fffffff"),
-	}
-	for format, b := range roundTripBatches() {
-		seeds = append(seeds, mustEncode(tb, format, b))
 	}
 	for _, name := range []string{"sim-map", "sim-array"} {
 		f, err := os.Open("testdata/" + name + ".frames")
@@ -64,39 +60,6 @@ func FuzzDecode(f *testing.F) {
 		for i, ev := range b.Events {
 			if ev.Kind == KindStored && !ev.Placeholder && len(ev.TokenIDs) != len(ev.BlockHashes)*ev.BlockSize {
 				t.Fatalf("event %d: %d tokens for %d blocks of %d", i, len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize)
-			}
-		}
-		// Every form that accepts the batch must give it back unchanged,
-		// but for the medium name, which the encoder always writes.
-		want := b
-		if b.Events != nil {
-			want.Events = make([]Event, len(b.Events))
-			for i, ev := range b.Events {
-				if ev.Medium == "" && ev.Kind != KindCleared {
-					ev.Medium = DefaultMedium(ev.Tier)
-				}
-				want.Events[i] = ev
-			}
-		}
-		for format := VLLMMap; format <= SGLangArray; format++ {
-			e := Encoder{Format: format}
-			p, err := e.Encode(b)
-			if err != nil {
-				continue
-			}
-			got, err := d.Decode(p)
-			if err != nil {
-				t.Fatalf("%v: decoding our own encoding: %v", format, err)
-			}
-			g, w := got, want
-			if math.IsNaN(w.TS) && math.IsNaN(g.TS) {
-				g.TS, w.TS = 0, 0 // NaN equals nothing, itself included
-			}
-			if !reflect.DeepEqual(g, w) {
-				t.Fatalf("%v: round trip\n%+v\nwant\n%+v", format, got, want)
-			}
-			if p2, err := e.Encode(got); err != nil || !bytes.Equal(p, p2) {
-				t.Fatalf("%v: encoding is not stable (%v)", format, err)
 			}
 		}
 	})

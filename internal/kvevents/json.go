@@ -1,12 +1,14 @@
+// This file holds the JSON lines of `kvrouter decode`: one object per decoded batch.
+
 package kvevents
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"strconv"
-	"unicode/utf8"
 )
 
 // BatchJSON renders a batch as one JSON object, the line format of
@@ -19,159 +21,110 @@ type BatchJSON struct {
 	Frame *Frame
 }
 
+// The shapes of the decode command's output. The keys mirror the engine
+// wire names today but are our own format: an upstream rename must not
+// change what scripts reading our output see. Fields print in declaration
+// order, each kind of event with its own fields.
+type (
+	batchView struct {
+		Topic  *string  `json:"topic,omitempty"`
+		Seq    *uint64  `json:"seq,omitempty"`
+		TS     *float64 `json:"ts"` // nil for NaN and infinities, which JSON lacks
+		DPRank *int     `json:"dp_rank"`
+		Events []any    `json:"events"`
+	}
+	storedView struct {
+		Type        string   `json:"type"`
+		BlockHashes []uint64 `json:"block_hashes"`
+		Parent      *uint64  `json:"parent_block_hash"`
+		TokenIDs    []uint32 `json:"token_ids"`
+		BlockSize   int      `json:"block_size"`
+		Tier        string   `json:"tier"`
+		Ownership   *string  `json:"ownership"`
+		LoRAName    *string  `json:"lora_name"`
+		CacheSalt   *string  `json:"cache_salt"`
+		GroupIdx    int      `json:"group_idx"`
+	}
+	removedView struct {
+		Type        string   `json:"type"`
+		BlockHashes []uint64 `json:"block_hashes"`
+		Tier        string   `json:"tier"`
+		Ownership   *string  `json:"ownership"`
+	}
+	otherView struct { // cleared, or a kind the decoder skipped
+		Type      string  `json:"type"`
+		Ownership *string `json:"ownership"`
+	}
+)
+
 // MarshalJSON implements json.Marshaler.
 func (v BatchJSON) MarshalJSON() ([]byte, error) {
-	return v.AppendJSON(nil), nil
+	var b bytes.Buffer
+	if err := newJSONEncoder(&b).Encode(v.view()); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// AppendJSON appends the object, without a newline.
-func (v BatchJSON) AppendJSON(b []byte) []byte {
-	b = append(b, '{')
+// newJSONEncoder writes engine strings as they are: a LoRA name holding
+// "<" stays readable.
+func newJSONEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
+
+func (v BatchJSON) view() batchView {
+	out := batchView{Events: make([]any, len(v.Batch.Events))}
 	if v.Frame != nil {
-		b = appendJSONKey(b, 0, jsonTopic)
-		b = appendJSONString(b, v.Frame.Topic)
-		b = appendJSONKey(b, ',', jsonSeq)
-		b = strconv.AppendUint(b, v.Frame.Seq, 10)
-		b = append(b, ',')
+		out.Topic, out.Seq = &v.Frame.Topic, &v.Frame.Seq
 	}
-	b = appendJSONKey(b, 0, jsonTS)
-	b = appendJSONFloat(b, v.Batch.TS)
-	b = appendJSONKey(b, ',', jsonDPRank)
+	if ts := v.Batch.TS; !math.IsNaN(ts) && !math.IsInf(ts, 0) {
+		out.TS = &ts
+	}
 	if v.Batch.HasDPRank {
-		b = strconv.AppendInt(b, int64(v.Batch.DPRank), 10)
-	} else {
-		b = append(b, "null"...)
+		out.DPRank = &v.Batch.DPRank
 	}
-	b = appendJSONKey(b, ',', jsonEvents)
-	b = append(b, '[')
 	for i := range v.Batch.Events {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendEventJSON(b, &v.Batch.Events[i])
+		out.Events[i] = eventView(&v.Batch.Events[i])
 	}
-	return append(b, "]}"...)
+	return out
 }
 
-func appendEventJSON(b []byte, ev *Event) []byte {
-	b = append(b, '{')
-	b = appendJSONKey(b, 0, jsonType)
-	b = appendJSONString(b, ev.Kind.String())
-	if ev.Kind == KindStored || ev.Kind == KindRemoved {
-		b = appendJSONKey(b, ',', jsonBlockHashes)
-		b = append(b, '[')
-		for i, h := range ev.BlockHashes {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendUint(b, h, 10)
-		}
-		b = append(b, ']')
-	}
-	if ev.Kind == KindStored {
-		b = appendJSONKey(b, ',', jsonParent)
-		if ev.HasParent {
-			b = strconv.AppendUint(b, ev.ParentHash, 10)
-		} else {
-			b = append(b, "null"...)
-		}
-		b = appendJSONKey(b, ',', jsonTokenIDs)
-		b = append(b, '[')
-		for i, t := range ev.TokenIDs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendUint(b, uint64(t), 10)
-		}
-		b = append(b, ']')
-		b = appendJSONKey(b, ',', jsonBlockSize)
-		b = strconv.AppendInt(b, int64(ev.BlockSize), 10)
-	}
-	if ev.Kind == KindStored || ev.Kind == KindRemoved {
-		b = appendJSONKey(b, ',', jsonTier)
-		b = appendJSONString(b, ev.Tier.String())
-	}
-	b = appendJSONKey(b, ',', jsonOwnership)
+func eventView(ev *Event) any {
+	var owner *string
 	if ev.Ownership == OwnedByRunner {
-		b = appendJSONString(b, ownerRunner)
-	} else {
-		b = append(b, "null"...)
+		owner = new(string)
+		*owner = OwnerKVCR
 	}
-	if ev.Kind == KindStored {
-		b = appendJSONKey(b, ',', jsonLoRAName)
-		b = appendJSONNullString(b, ev.LoRAName)
-		b = appendJSONKey(b, ',', jsonCacheSalt)
-		b = appendJSONNullString(b, ev.CacheSalt)
-		b = appendJSONKey(b, ',', jsonGroupIdx)
-		b = strconv.AppendInt(b, int64(ev.GroupIdx), 10)
+	hashes := ev.BlockHashes
+	if hashes == nil {
+		hashes = []uint64{} // [], not null
 	}
-	return append(b, '}')
+	switch ev.Kind {
+	case KindStored:
+		v := storedView{Type: ev.Kind.String(), BlockHashes: hashes, TokenIDs: ev.TokenIDs, BlockSize: ev.BlockSize,
+			Tier: ev.Tier.String(), Ownership: owner, LoRAName: nonEmpty(ev.LoRAName), CacheSalt: nonEmpty(ev.CacheSalt),
+			GroupIdx: ev.GroupIdx}
+		if ev.HasParent {
+			v.Parent = &ev.ParentHash
+		}
+		if v.TokenIDs == nil {
+			v.TokenIDs = []uint32{}
+		}
+		return v
+	case KindRemoved:
+		return removedView{Type: ev.Kind.String(), BlockHashes: hashes, Tier: ev.Tier.String(), Ownership: owner}
+	}
+	return otherView{Type: ev.Kind.String(), Ownership: owner}
 }
 
-// appendJSONKey writes sep (0 for none) and the quoted key with its colon;
-// keys are our ASCII constants and need no escaping.
-func appendJSONKey(b []byte, sep byte, key string) []byte {
-	if sep != 0 {
-		b = append(b, sep)
-	}
-	b = append(b, '"')
-	b = append(b, key...)
-	return append(b, '"', ':')
-}
-
-// appendJSONFloat formats like encoding/json; JSON has no NaN or infinity,
-// so those become null.
-func appendJSONFloat(b []byte, f float64) []byte {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return append(b, "null"...)
-	}
-	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
-		return strconv.AppendFloat(b, f, 'e', -1, 64)
-	}
-	return strconv.AppendFloat(b, f, 'f', -1, 64)
-}
-
-func appendJSONNullString(b []byte, s string) []byte {
+// nonEmpty is s, or nil (JSON null) for "".
+func nonEmpty(s string) *string {
 	if s == "" {
-		return append(b, "null"...)
+		return nil
 	}
-	return appendJSONString(b, s)
-}
-
-// appendJSONString quotes s; invalid UTF-8 becomes U+FFFD as in
-// encoding/json, since engine strings are only as valid as the engine.
-func appendJSONString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
+	return &s
 }
 
 // WriteJSON decodes every frame src yields and writes each batch to w as one
@@ -179,7 +132,7 @@ func appendJSONString(b []byte, s string) []byte {
 // the first error, naming the frame, after flushing the lines before it.
 func WriteJSON(w io.Writer, src Source, d *Decoder, withFrame bool) error {
 	bw := bufio.NewWriter(w)
-	var line []byte
+	enc := newJSONEncoder(bw)
 	for {
 		f, err := src.Next()
 		if err == io.EOF {
@@ -201,8 +154,7 @@ func WriteJSON(w io.Writer, src Source, d *Decoder, withFrame bool) error {
 		if withFrame {
 			v.Frame = &f
 		}
-		line = append(v.AppendJSON(line[:0]), '\n')
-		if _, err := bw.Write(line); err != nil {
+		if err := enc.Encode(v.view()); err != nil { // one line each
 			return err
 		}
 	}
@@ -218,6 +170,8 @@ type single struct {
 	f    Frame
 	done bool
 }
+
+var _ Source = (*single)(nil)
 
 func (s *single) Next() (Frame, error) {
 	if s.done {

@@ -35,7 +35,7 @@ func TestBatchJSON(t *testing.T) {
 				`{"type":"BlockStored","block_hashes":[18446744073709551615,0],"parent_block_hash":5,"token_ids":[],"block_size":16,"tier":"host","ownership":"kvcr","lora_name":"a\"b","cache_salt":"t\u0001\ufffd","group_idx":2},` +
 				`{"type":"BlockRemoved","block_hashes":[],"tier":"external","ownership":"kvcr"}]}`},
 		{"non-finite ts", BatchJSON{Batch: Batch{TS: math.NaN()}}, `{"ts":null,"dp_rank":null,"events":[]}`},
-		{"tiny ts", BatchJSON{Batch: Batch{TS: 1e-9, DPRank: 3, HasDPRank: true}}, `{"ts":1e-09,"dp_rank":3,"events":[]}`},
+		{"tiny ts", BatchJSON{Batch: Batch{TS: 1e-9, DPRank: 3, HasDPRank: true}}, `{"ts":1e-9,"dp_rank":3,"events":[]}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

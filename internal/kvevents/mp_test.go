@@ -1,9 +1,12 @@
 package kvevents
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // mp is a msgpack value built by hand in tests, so that each case states
@@ -19,15 +22,29 @@ func cat(vs []mp) mp {
 	return out
 }
 
-func arr(items ...mp) mp { return append(appendArrayLen(nil, len(items)), cat(items)...) }
+// enc writes one value with the msgpack library, whose integers take the
+// shortest form, as msgpack-python's do.
+func enc(write func(*msgpack.Encoder) error) mp {
+	var b bytes.Buffer
+	if err := write(msgpack.NewEncoder(&b)); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
+
+func arr(items ...mp) mp {
+	return append(enc(func(e *msgpack.Encoder) error { return e.EncodeArrayLen(len(items)) }), cat(items)...)
+}
 
 // obj builds a map from alternating keys and values.
-func obj(kv ...mp) mp { return append(appendMapLen(nil, len(kv)/2), cat(kv)...) }
+func obj(kv ...mp) mp {
+	return append(enc(func(e *msgpack.Encoder) error { return e.EncodeMapLen(len(kv) / 2) }), cat(kv)...)
+}
 
-func str(s string) mp  { return appendStr(nil, s) }
-func uv(v uint64) mp   { return appendUint(nil, v) }
-func iv(v int64) mp    { return appendInt(nil, v) }
-func f64(v float64) mp { return appendFloat(nil, v) }
+func str(s string) mp  { return enc(func(e *msgpack.Encoder) error { return e.EncodeString(s) }) }
+func uv(v uint64) mp   { return enc(func(e *msgpack.Encoder) error { return e.EncodeUint(v) }) }
+func iv(v int64) mp    { return enc(func(e *msgpack.Encoder) error { return e.EncodeInt(v) }) }
+func f64(v float64) mp { return enc(func(e *msgpack.Encoder) error { return e.EncodeFloat64(v) }) }
 
 var null = mp{0xc0}
 

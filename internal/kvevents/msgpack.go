@@ -1,3 +1,5 @@
+// This file holds the msgpack reader: typed reads and skips over one payload, no reflection.
+
 package kvevents
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the topics of a TP rank's runner inventory shard: their writing and parsing.
+
 package kvevents
 
 import (

@@ -1,66 +1,48 @@
+// This file holds the engine formats' wire names: event tags, keys, media and their tiers.
+
 package kvevents
 
-// Wire names of the engine event formats (SPEC 2.2–2.3). They change often
-// upstream; every one lives here.
+// Wire names of the engine event formats (docs/wire.md §3.1–3.9). They change often
+// upstream; every one lives here, for the decoder and for kvencode, which
+// writes them as the engines do.
 const (
 	// Envelope map keys.
-	keyTS     = "ts"
-	keyEvents = "events"
-	keyDPRank = "data_parallel_rank"
+	KeyTS     = "ts"
+	KeyEvents = "events"
+	KeyDPRank = "data_parallel_rank"
 
 	// Event tag key and tags.
-	keyType     = "type"
-	tagStored   = "BlockStored"
-	tagRemoved  = "BlockRemoved"
-	tagCleared  = "AllBlocksCleared"
-	ownerRunner = "kvcr"
+	KeyType    = "type"
+	TagStored  = "BlockStored"
+	TagRemoved = "BlockRemoved"
+	TagCleared = "AllBlocksCleared"
+	OwnerKVCR  = "kvcr"
 
 	// Event field keys.
-	keyBlockHashes   = "block_hashes"
-	keyParent        = "parent_block_hash"
-	keyTokenIDs      = "token_ids"
-	keyBlockSize     = "block_size"
-	keyLoRAID        = "lora_id"
-	keyMedium        = "medium"
-	keyLoRAName      = "lora_name"
-	keyExtraKeys     = "extra_keys"
-	keyGroupIdx      = "group_idx"
-	keySpecKind      = "kv_cache_spec_kind"
-	keySlidingWindow = "kv_cache_spec_sliding_window"
-	keyLocality      = "locality"
-	keyOwnership     = "ownership"
-	keySessionID     = "session_id"
-	keyCacheSalt     = "cache_salt"
+	KeyBlockHashes   = "block_hashes"
+	KeyParent        = "parent_block_hash"
+	KeyTokenIDs      = "token_ids"
+	KeyBlockSize     = "block_size"
+	KeyLoRAID        = "lora_id"
+	KeyMedium        = "medium"
+	KeyLoRAName      = "lora_name"
+	KeyExtraKeys     = "extra_keys"
+	KeyGroupIdx      = "group_idx"
+	KeySpecKind      = "kv_cache_spec_kind"
+	KeySlidingWindow = "kv_cache_spec_sliding_window"
+	KeyLocality      = "locality"
+	KeyOwnership     = "ownership"
+	KeySessionID     = "session_id"
+	KeyCacheSalt     = "cache_salt"
 
-	// mediumLinker is how SGLang's KVCR linker marks runner-owned inventory.
-	mediumLinker = "EXTERNAL"
+	// MediumLinker is how SGLang's KVCR linker marks runner-owned inventory.
+	MediumLinker = "EXTERNAL"
 )
 
-// Keys of BatchJSON, the decode command's output. They mirror the engine
-// wire names today but are our own format: an upstream rename must not
-// change what scripts reading our output see.
-const (
-	jsonTopic       = "topic"
-	jsonSeq         = "seq"
-	jsonTS          = "ts"
-	jsonDPRank      = "dp_rank"
-	jsonEvents      = "events"
-	jsonType        = "type"
-	jsonBlockHashes = "block_hashes"
-	jsonParent      = "parent_block_hash"
-	jsonTokenIDs    = "token_ids"
-	jsonBlockSize   = "block_size"
-	jsonTier        = "tier"
-	jsonOwnership   = "ownership"
-	jsonLoRAName    = "lora_name"
-	jsonCacheSalt   = "cache_salt"
-	jsonGroupIdx    = "group_idx"
-)
-
-// mediumTier maps every medium name engines send to its tier, returning
+// MediumTier maps every medium name engines send to its tier, returning
 // the name as a constant so that decoding it does not copy. Names are
 // matched exactly: an unknown one drops its event rather than guessing.
-func mediumTier(m []byte) (string, Tier, bool) {
+func MediumTier(m []byte) (string, Tier, bool) {
 	switch string(m) {
 	case "GPU":
 		return "GPU", TierDevice, true
@@ -86,8 +68,8 @@ func mediumTier(m []byte) (string, Tier, bool) {
 		return "OBJ", TierDisk, true
 	case "SHARED_STORAGE":
 		return "SHARED_STORAGE", TierDisk, true
-	case mediumLinker:
-		return mediumLinker, TierExternal, true
+	case MediumLinker:
+		return MediumLinker, TierExternal, true
 	case "NETWORK":
 		return "NETWORK", TierExternal, true
 	case "REMOTE":
@@ -96,20 +78,6 @@ func mediumTier(m []byte) (string, Tier, bool) {
 		return "SHARED", TierExternal, true
 	}
 	return "", 0, false
-}
-
-// DefaultMedium is the medium name the Encoder writes for a tier when an
-// event does not carry its own.
-func DefaultMedium(t Tier) string {
-	switch t {
-	case TierHost:
-		return "CPU"
-	case TierDisk:
-		return "DISK"
-	case TierExternal:
-		return mediumLinker
-	}
-	return "GPU"
 }
 
 // intern returns a constant for string values common enough on the wire

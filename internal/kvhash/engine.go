@@ -1,3 +1,5 @@
+// This file holds the engines' own block hashes: vLLM's sha256_cbor chain and SGLang's page digests.
+
 package kvhash
 
 import (

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Vectors from SPEC 3.2.
+// Vectors from docs/wire.md §4.2.
 func TestVLLMBlockHashes(t *testing.T) {
 	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 	tests := []struct {
@@ -52,8 +52,8 @@ func TestVLLMBlockCBOR(t *testing.T) {
 		extra  []string
 		want   string
 	}{
-		// SPEC 3.2's prefix example: parent 0x00…00, tokens [1,2,3,4], no extra.
-		{"spec example", []uint32{1, 2, 3, 4}, nil,
+		// The example of docs/wire.md §4.2: parent 0x00…00, tokens [1,2,3,4], no extra.
+		{"wire.md example", []uint32{1, 2, 3, 4}, nil,
 			"835820" + "0000000000000000000000000000000000000000000000000000000000000000" + "8401020304f6"},
 		// Canonical CBOR picks the shortest integer head.
 		{"token widths", []uint32{23, 24, 255, 256, 65535, 65536, 1<<32 - 1}, nil,

@@ -1,3 +1,5 @@
+// This file holds token ids as hashed bytes on big-endian machines: copied little-endian.
+
 //go:build !(386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64 || wasm)
 
 package kvhash

@@ -1,3 +1,5 @@
+// This file holds Backoff: the exponential schedule of redials and retries.
+
 package kvstream
 
 import "time"

@@ -8,7 +8,9 @@
 // Payloads are opaque here: decoding them is kvevents' job.
 //
 // The sequence rules live in Tracker, a pure state machine; Subscriber is the
-// I/O shell around it. go-zeromq/zmq4's own reconnect is disabled (it has had
-// a data race and its Dial retries sleep without regard to cancellation), so
-// every dial here is a single attempt and retries are ours.
+// I/O shell around it. The ZMQ wire protocol is package zmtp's, with its
+// limits (Limits): a peer cannot make a socket allocate more than it sends,
+// hold it past a handshake deadline, or block a Publisher. Redials follow
+// our Backoff. Every message dropped, and every connection dropped for what
+// it sent, is counted (Stats, PublisherStats).
 package kvstream

@@ -1,3 +1,5 @@
+// This file holds ZMQ endpoints: bind or dial, the address a peer dials, a DP rank's endpoint.
+
 package kvstream
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Item, what a Subscriber delivers: messages and the stream's signals.
+
 package kvstream
 
 // Item is one element of a Subscriber's output stream: a Message or one of

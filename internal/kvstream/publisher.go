@@ -1,3 +1,5 @@
+// This file holds Publisher: the engine side of the stream and of replay.
+
 package kvstream
 
 import (
@@ -7,12 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"kvrouter/internal/zmtp"
 )
 
-// Publisher defaults (SPEC 2.1 engine defaults).
+// Publisher defaults (the engine defaults of docs/wire.md §2.1).
 const (
 	DefaultBufferSteps = 10000
 	DefaultHWM         = 100000
@@ -33,29 +36,54 @@ type PublisherConfig struct {
 	BufferSteps int
 	// FirstSeq is the seq of the first batch (engines: 0; llm-d's simulator: 1).
 	FirstSeq uint64
-	// HWM is the PUB send queue limit; past it batches are dropped from the
-	// wire (they stay replayable). Default DefaultHWM.
-	HWM         int
+	// HWM is the PUB send queue limit, per subscriber; past it batches are
+	// dropped from the wire for that subscriber (they stay replayable,
+	// and are counted in PublisherStats.Dropped). Default DefaultHWM.
+	HWM int
+	// Backoff spaces the PUB's redials when it dials.
 	Backoff     Backoff
 	DialTimeout time.Duration
-	Logger      *slog.Logger
+	// WriteTimeout: a subscriber or replay client that accepts no byte
+	// for this long is dropped (default zmtp.DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// Limits bound what subscribers (and strangers) can make the sockets
+	// hold.
+	Limits
+	Logger *slog.Logger
+}
+
+// PublisherStats are a Publisher's counters since it was made.
+type PublisherStats struct {
+	Published uint64 // batches stamped
+	// Dropped counts batches not sent to a subscriber at its HWM: a
+	// subscriber that reads too slowly misses them (they stay replayable).
+	Dropped uint64
+	// Stalled counts subscribers and replay clients dropped for accepting
+	// no byte within WriteTimeout.
+	Stalled         uint64
+	ReplayRequests  uint64 // well-formed replay requests answered
+	ReplayMalformed uint64 // replay requests dropped unanswered
+	// Connections dropped by the ZMTP layer, as in Stats.
+	Oversize          uint64
+	ProtocolErrors    uint64
+	HandshakeFailures uint64
+	PeersRefused      uint64
+	HeartbeatTimeouts uint64
 }
 
 // Publisher sends batches the way vLLM and SGLang do: [topic, seq, payload]
 // on a PUB socket, with a ring buffer served on a replay ROUTER. It is safe
-// for concurrent use.
-//
-// A dialing Publisher connects once and does not notice losing the
-// subscriber afterwards (zmq4 reports no disconnects to the sender).
-// zmq4 v0.17.0 leaks one goroutine per PUB socket (its send loop is never
-// stopped by Close).
+// for concurrent use. A dialing Publisher redials with Backoff whenever
+// its connection fails or ends. Publish never blocks on a subscriber.
 type Publisher struct {
 	log    *slog.Logger
-	pub    zmq4.Socket
-	router zmq4.Socket // nil without ReplayEndpoint
+	pub    *zmtp.Socket
+	router *zmtp.Socket // nil without ReplayEndpoint
 	cancel context.CancelFunc
-	dialWG sync.WaitGroup
 	srvWG  sync.WaitGroup
+	net    zmtp.Counters
+
+	published, replayRequests, replayMalformed atomic.Uint64
 
 	mu     sync.Mutex
 	next   uint64
@@ -86,29 +114,36 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	log = log.With("endpoint", cfg.Endpoint)
 	ctx, cancel := context.WithCancel(context.Background())
-	opts := socketOptions(log, cfg.DialTimeout)
 	p := &Publisher{
 		log:    log,
-		pub:    zmq4.NewPub(ctx, opts...),
 		cancel: cancel,
 		next:   cfg.FirstSeq,
 		ring:   newRing(cfg.BufferSteps),
 	}
-	if err := p.pub.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("kvstream: set HWM %d: %w", cfg.HWM, err)
+	opts := socketOptions(log, cfg.DialTimeout, cfg.Limits, cfg.Backoff, &p.net)
+	opts.SendHWM = cfg.HWM
+	opts.WriteTimeout = cfg.WriteTimeout
+	var err error
+	if p.pub, err = zmtp.New(zmtp.Pub, opts); err != nil {
+		cancel()
+		return nil, err
 	}
 	if Binds(cfg.Endpoint) {
 		if err := p.pub.Listen(cfg.Endpoint); err != nil {
 			p.Close()
 			return nil, fmt.Errorf("kvstream: bind Endpoint %s: %w", cfg.Endpoint, err)
 		}
-	} else {
-		p.dialWG.Add(1)
-		go p.dial(ctx, cfg.Endpoint, cfg.Backoff)
+	} else if err := p.pub.Connect(cfg.Endpoint); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("kvstream: Endpoint %s: %w", cfg.Endpoint, err)
 	}
 	if cfg.ReplayEndpoint != "" {
-		p.router = zmq4.NewRouter(ctx, opts...)
+		// A replay answer waits for room rather than dropping batches;
+		// WriteTimeout bounds how long a client that stops reading holds it.
+		if p.router, err = zmtp.New(zmtp.Router, opts); err != nil {
+			p.Close()
+			return nil, err
+		}
 		if err := p.router.Listen(cfg.ReplayEndpoint); err != nil {
 			p.Close()
 			return nil, fmt.Errorf("kvstream: bind ReplayEndpoint %s: %w", cfg.ReplayEndpoint, err)
@@ -129,13 +164,14 @@ func (p *Publisher) Publish(topic string, payload []byte) (seq uint64, err error
 	}
 	seq = p.next
 	p.next++
+	p.published.Add(1)
 	p.ring.add(seq, payload)
 	if p.skip != nil && p.skip(seq) {
 		return seq, nil
 	}
-	// The send only queues (zmq4's PUB writes from its own goroutine), so
+	// The send only queues (each subscriber has its own writer), so
 	// holding the lock keeps seqs in wire order at little cost.
-	if err := p.pub.Send(zmq4.NewMsgFrom(EncodeMessage(topic, seq, payload)...)); err != nil {
+	if err := p.pub.Send(context.Background(), EncodeMessage(topic, seq, payload)); err != nil {
 		return seq, fmt.Errorf("kvstream: publish seq %d: %w", seq, err)
 	}
 	return seq, nil
@@ -152,6 +188,23 @@ func (p *Publisher) ReplayAddr() net.Addr {
 	return p.router.Addr()
 }
 
+// Stats returns the counters.
+func (p *Publisher) Stats() PublisherStats {
+	n := p.net.Snapshot()
+	return PublisherStats{
+		Published:         p.published.Load(),
+		Dropped:           n.SendDropped,
+		Stalled:           n.Stalled,
+		ReplayRequests:    p.replayRequests.Load(),
+		ReplayMalformed:   p.replayMalformed.Load(),
+		Oversize:          n.Oversize,
+		ProtocolErrors:    n.ProtocolErrors,
+		HandshakeFailures: n.HandshakeFailures,
+		PeersRefused:      n.Refused,
+		HeartbeatTimeouts: n.HeartbeatTimeouts,
+	}
+}
+
 // Close stops the publisher and waits for its goroutines.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
@@ -163,9 +216,6 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 
 	p.cancel()
-	// A dial that completes after Close would leave a live connection
-	// behind, so wait for the dialer first.
-	p.dialWG.Wait()
 	err := p.pub.Close()
 	if p.router != nil {
 		if e := p.router.Close(); err == nil {
@@ -173,71 +223,48 @@ func (p *Publisher) Close() error {
 		}
 	}
 	p.srvWG.Wait()
-	if p.router != nil {
-		drain(p.router)
-	}
 	if err != nil {
 		return fmt.Errorf("kvstream: close publisher: %w", err)
 	}
 	return nil
 }
 
-func (p *Publisher) dial(ctx context.Context, endpoint string, b Backoff) {
-	defer p.dialWG.Done()
-	for attempt := 0; ; attempt++ {
-		err := p.pub.Dial(endpoint)
-		if err == nil {
-			return
-		}
-		p.log.Debug("kvstream: publisher dial failed", "attempt", attempt, "err", err)
-		t := time.NewTimer(b.Delay(attempt))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// serveReplay answers replay requests as SPEC 2.1 prescribes: every
+// serveReplay answers replay requests as docs/wire.md §2.4 prescribes: every
 // buffered batch with seq >= start, then the end marker; malformed requests
 // get no answer.
 func (p *Publisher) serveReplay(ctx context.Context) {
 	defer p.srvWG.Done()
 	var entries []ringEntry
 	for {
-		m, err := p.router.Recv()
+		m, err := p.router.Recv(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		if m.Type == zmq4.CmdMsg || len(m.Frames) == 0 {
-			continue
+			return
 		}
 		id := m.Frames[0]
 		start, err := ParseReplayRequest(m.Frames[1:])
 		if err != nil {
+			p.replayMalformed.Add(1)
 			p.log.Debug("kvstream: ignored replay request", "err", err)
 			continue
 		}
+		p.replayRequests.Add(1)
 		p.mu.Lock()
 		entries = p.ring.from(entries[:0], start)
 		p.mu.Unlock()
-		if err := p.answer(id, entries); err != nil {
+		if err := p.answer(ctx, id, entries); err != nil {
 			p.log.Debug("kvstream: replay answer cut", "start", start, "err", err)
 		}
 		clear(entries)
 	}
 }
 
-func (p *Publisher) answer(id []byte, entries []ringEntry) error {
+func (p *Publisher) answer(ctx context.Context, id []byte, entries []ringEntry) error {
+	ctx, cancel := context.WithTimeout(ctx, DefaultReplayTimeout)
+	defer cancel()
 	for _, e := range entries {
-		if err := p.router.Send(zmq4.NewMsgFrom(append([][]byte{id}, EncodeReplayReply(e.seq, e.payload)...)...)); err != nil {
+		if err := p.router.Send(ctx, append([][]byte{id}, EncodeReplayReply(e.seq, e.payload)...)); err != nil {
 			return err
 		}
 	}
-	return p.router.Send(zmq4.NewMsgFrom(append([][]byte{id}, EncodeReplayEnd()...)...))
+	return p.router.Send(ctx, append([][]byte{id}, EncodeReplayEnd()...))
 }

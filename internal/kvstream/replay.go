@@ -1,12 +1,15 @@
+// This file holds the replay client: one DEALER exchange per gap.
+
 package kvstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"kvrouter/internal/zmtp"
 )
 
 // DefaultReplayTimeout bounds one replay exchange. A publisher gives no
@@ -14,39 +17,63 @@ import (
 const DefaultReplayTimeout = 5 * time.Second
 
 // fetchReplay asks the replay endpoint for every buffered batch with
-// seq >= from. It returns what arrived, whether the end marker arrived, and
-// the number of malformed replies skipped.
-func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration, opts []zmq4.Option, log *slog.Logger) (msgs []Message, complete bool, malformed int, err error) {
+// seq >= from. It returns what arrived, whether the end marker arrived,
+// and the malformed replies skipped.
+func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration, opts zmtp.Options, log *slog.Logger) (msgs []Message, complete bool, dropped drops, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	d := zmq4.NewDealer(ctx, opts...)
-	defer func() {
-		_ = d.Close()
-		drain(d)
-	}()
-	if err := d.Dial(endpoint); err != nil {
-		return nil, false, 0, fmt.Errorf("kvstream: replay dial %s: %w", endpoint, err)
+	// One attempt: the replay timeout is the budget, and a lost
+	// connection ends the exchange (its event says so).
+	opts.Events = true
+	d, err := zmtp.New(zmtp.Dealer, opts)
+	if err != nil {
+		return nil, false, dropped, err
 	}
-	if err := d.Send(zmq4.NewMsgFrom(EncodeReplayRequest(from)...)); err != nil {
-		return nil, false, 0, fmt.Errorf("kvstream: replay request to %s: %w", endpoint, err)
+	defer d.Close()
+	if err := d.Dial(ctx, endpoint); err != nil {
+		return nil, false, dropped, fmt.Errorf("kvstream: replay dial %s: %w", endpoint, err)
+	}
+	if err := d.Send(ctx, EncodeReplayRequest(from)); err != nil {
+		return nil, false, dropped, fmt.Errorf("kvstream: replay request to %s: %w", endpoint, err)
 	}
 	for {
-		m, err := d.Recv()
-		if err != nil {
-			return msgs, false, malformed, fmt.Errorf("kvstream: replay from %s after %d batches: %w", endpoint, len(msgs), err)
+		m, err := d.Recv(ctx)
+		if err == nil && m.Event == zmtp.EventDisconnected {
+			err = fmt.Errorf("connection lost: %w", m.Err)
 		}
-		if m.Type == zmq4.CmdMsg {
+		if err != nil {
+			return msgs, false, dropped, fmt.Errorf("kvstream: replay from %s after %d batches: %w", endpoint, len(msgs), err)
+		}
+		if m.Event != zmtp.EventMessage {
 			continue
 		}
 		seq, payload, end, err := ParseReplayReply(m.Frames)
 		if err != nil {
-			malformed++
+			dropped.add(err)
 			log.Debug("kvstream: dropped replay reply", "endpoint", endpoint, "err", err)
 			continue
 		}
 		if end {
-			return msgs, true, malformed, nil
+			return msgs, true, dropped, nil
 		}
 		msgs = append(msgs, Message{Seq: seq, Payload: payload})
 	}
 }
+
+// drops counts dropped messages by what was wrong with them.
+type drops struct {
+	frameCount, seqLength, delimiter uint64
+}
+
+func (d *drops) add(err error) {
+	switch {
+	case errors.Is(err, ErrFrameCount):
+		d.frameCount++
+	case errors.Is(err, ErrSeqLength):
+		d.seqLength++
+	case errors.Is(err, ErrDelimiter):
+		d.delimiter++
+	}
+}
+
+func (d drops) total() uint64 { return d.frameCount + d.seqLength + d.delimiter }

@@ -1,3 +1,5 @@
+// This file holds the ring of a publisher's last batches, kept for replay.
+
 package kvstream
 
 // ring keeps the last batches a publisher sent, for replay. Seqs in it are

@@ -1,52 +1,56 @@
+// This file holds the ZMTP socket settings kvstream's sockets share.
+
 package kvstream
 
 import (
-	"context"
-	"errors"
 	"log/slog"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"kvrouter/internal/zmtp"
 )
 
 // DefaultDialTimeout bounds one TCP connect attempt.
 const DefaultDialTimeout = 5 * time.Second
 
-// drainQuiet is how many consecutive empty receives end a drain (see
-// closeSocket).
-const drainQuiet = 32
+// DefaultMaxMessageSize is Limits.MaxMessageSize unless set: twice
+// kvevents.DefaultMaxPayload, so that a payload the decoder would refuse
+// still reaches it (and is reported there) rather than cutting the stream.
+const DefaultMaxMessageSize = zmtp.DefaultMaxMsgSize
 
-// socketOptions makes every dial a single attempt: zmq4's own retries sleep
-// without watching cancellation and its auto-reconnect has had a data race,
-// so retrying is left to our backoff loops.
-func socketOptions(log *slog.Logger, dialTimeout time.Duration) []zmq4.Option {
+// Limits bound what a peer can make a socket hold; zero fields take the
+// zmtp defaults (see package zmtp).
+type Limits struct {
+	// MaxMessageSize bounds a message's bytes, all frames together (like
+	// libzmq's ZMQ_MAXMSGSIZE): a peer announcing more is dropped and
+	// counted in Oversize, before anything is allocated for it. Default
+	// DefaultMaxMessageSize.
+	MaxMessageSize int64
+	// MaxPeers bounds a bound socket's connections; more are refused and
+	// counted in PeersRefused.
+	MaxPeers int
+	// HandshakeTimeout bounds a connection's ZMTP greeting and READY.
+	HandshakeTimeout time.Duration
+	// Heartbeat, if positive, pings ZMTP 3.1 peers that often and drops
+	// one silent for three intervals (counted in HeartbeatTimeouts), so
+	// that a peer gone without closing its connection is noticed. Off by
+	// default.
+	Heartbeat time.Duration
+}
+
+// socketOptions are the zmtp options of every socket here. Redials are
+// spaced by b, the schedule the project owns.
+func socketOptions(log *slog.Logger, dialTimeout time.Duration, lim Limits, b Backoff, cnt *zmtp.Counters) zmtp.Options {
 	if dialTimeout <= 0 {
 		dialTimeout = DefaultDialTimeout
 	}
-	return []zmq4.Option{
-		zmq4.WithAutomaticReconnect(false),
-		zmq4.WithDialerMaxRetries(0),
-		zmq4.WithDialerTimeout(dialTimeout),
-		zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)),
+	return zmtp.Options{
+		MaxMsgSize:       lim.MaxMessageSize,
+		MaxPeers:         lim.MaxPeers,
+		HandshakeTimeout: lim.HandshakeTimeout,
+		Heartbeat:        lim.Heartbeat,
+		DialTimeout:      dialTimeout,
+		ReconnectDelay:   b.Delay,
+		Counters:         cnt,
+		Logger:           log,
 	}
-}
-
-// drain empties a closed socket's receive queue. zmq4 reads each connection
-// in a goroutine that blocks on a full queue without watching cancellation;
-// emptying the queue lets it run into the closed connection and exit. Recv
-// on a closed socket picks at random between the queue and the cancellation,
-// so only a run of empty receives says the queue is empty.
-func drain(s zmq4.Socket) {
-	for quiet := 0; quiet < drainQuiet; {
-		if _, err := s.Recv(); err != nil {
-			quiet++
-		} else {
-			quiet = 0
-		}
-	}
-}
-
-// canceled reports whether err means the socket (or its context) is done.
-func canceled(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

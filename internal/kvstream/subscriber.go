@@ -1,15 +1,18 @@
+// This file holds Subscriber: the I/O shell around Tracker.
+
 package kvstream
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"kvrouter/internal/zmtp"
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -52,6 +55,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Backoff spaces re-dials in connect mode.
 	Backoff Backoff
+	// Limits bound what publishers (and strangers) can make the socket
+	// and the replay connections hold.
+	Limits
 	// MaxHeld: see Tracker.MaxHeld.
 	MaxHeld int
 	// CatchUp replays a publisher's buffered history before its first
@@ -63,14 +69,47 @@ type Config struct {
 
 // Stats are a Subscriber's counters since it was made.
 type Stats struct {
-	Received       uint64 // well-formed live messages read
-	Malformed      uint64 // live messages and replay replies dropped
-	Gaps           uint64 // gaps opened
-	Unrecoverable  uint64 // Unrecoverable signals
-	Restarts       uint64
-	Reconnects     uint64
-	Replays        uint64 // replay requests sent
-	ReplayFailures uint64 // replays that ended without the end marker
+	Received uint64 // well-formed live messages read
+	// Malformed counts the live messages and replay replies dropped for
+	// their shape: WrongFrameCount + BadSeqLength + BadDelimiter.
+	Malformed       uint64
+	WrongFrameCount uint64 // dropped: not 3 frames
+	BadSeqLength    uint64 // dropped: seq frame not 8 bytes
+	BadDelimiter    uint64 // replay replies dropped: delimiter frame not empty
+	Gaps            uint64 // gaps opened
+	Unrecoverable   uint64 // Unrecoverable signals
+	Restarts        uint64
+	Reconnects      uint64
+	Replays         uint64 // replay requests sent
+	ReplayFailures  uint64 // replays that ended without the end marker
+	// Connections dropped by the ZMTP layer, live and replay together;
+	// what they were sending is lost with them.
+	Oversize          uint64 // a message over MaxMessageSize announced (or too many frames)
+	ProtocolErrors    uint64 // malformed ZMTP after the handshake
+	HandshakeFailures uint64 // bad greeting, mechanism, READY or socket type, or HandshakeTimeout passed
+	PeersRefused      uint64 // incoming connections refused: MaxPeers reached
+	HeartbeatTimeouts uint64 // silent peers dropped (Heartbeat)
+}
+
+// All yields every counter under its metric label name.
+func (s Stats) All() iter.Seq2[string, uint64] {
+	return func(yield func(string, uint64) bool) {
+		for _, c := range []struct {
+			k string
+			v uint64
+		}{
+			{"received", s.Received}, {"malformed", s.Malformed}, {"wrong_frame_count", s.WrongFrameCount},
+			{"bad_seq_length", s.BadSeqLength}, {"bad_delimiter", s.BadDelimiter}, {"gaps", s.Gaps},
+			{"unrecoverable", s.Unrecoverable}, {"restarts", s.Restarts}, {"reconnects", s.Reconnects},
+			{"replays", s.Replays}, {"replay_failures", s.ReplayFailures}, {"oversize", s.Oversize},
+			{"protocol_errors", s.ProtocolErrors}, {"handshake_failures", s.HandshakeFailures},
+			{"peers_refused", s.PeersRefused}, {"heartbeat_timeouts", s.HeartbeatTimeouts},
+		} {
+			if !yield(c.k, c.v) {
+				return
+			}
+		}
+	}
 }
 
 // Subscriber reads one event stream (connect mode) or several (bind mode)
@@ -78,8 +117,10 @@ type Stats struct {
 type Subscriber struct {
 	cfg Config
 	log *slog.Logger
+	net zmtp.Counters // live socket and replay connections
 
-	received, malformed, gaps, unrecoverable   atomic.Uint64
+	received, gaps, unrecoverable              atomic.Uint64
+	frameCount, seqLength, delimiter           atomic.Uint64
 	restarts, reconnects, replays, replayFails atomic.Uint64
 }
 
@@ -113,16 +154,32 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 
 // Stats returns the counters.
 func (s *Subscriber) Stats() Stats {
-	return Stats{
-		Received:       s.received.Load(),
-		Malformed:      s.malformed.Load(),
-		Gaps:           s.gaps.Load(),
-		Unrecoverable:  s.unrecoverable.Load(),
-		Restarts:       s.restarts.Load(),
-		Reconnects:     s.reconnects.Load(),
-		Replays:        s.replays.Load(),
-		ReplayFailures: s.replayFails.Load(),
+	n := s.net.Snapshot()
+	st := Stats{
+		Received:          s.received.Load(),
+		WrongFrameCount:   s.frameCount.Load(),
+		BadSeqLength:      s.seqLength.Load(),
+		BadDelimiter:      s.delimiter.Load(),
+		Gaps:              s.gaps.Load(),
+		Unrecoverable:     s.unrecoverable.Load(),
+		Restarts:          s.restarts.Load(),
+		Reconnects:        s.reconnects.Load(),
+		Replays:           s.replays.Load(),
+		ReplayFailures:    s.replayFails.Load(),
+		Oversize:          n.Oversize,
+		ProtocolErrors:    n.ProtocolErrors,
+		HandshakeFailures: n.HandshakeFailures,
+		PeersRefused:      n.Refused,
+		HeartbeatTimeouts: n.HeartbeatTimeouts,
 	}
+	st.Malformed = st.WrongFrameCount + st.BadSeqLength + st.BadDelimiter
+	return st
+}
+
+func (s *Subscriber) countDrops(d drops) {
+	s.frameCount.Add(d.frameCount)
+	s.seqLength.Add(d.seqLength)
+	s.delimiter.Add(d.delimiter)
 }
 
 // Run subscribes and sends Items to out until ctx is done. It returns nil
@@ -130,100 +187,73 @@ func (s *Subscriber) Stats() Stats {
 // if it cannot bind. It never closes out. Each Run starts with fresh
 // sequence state; run one at a time.
 //
-// In connect mode a failed dial, or a receive error (the publisher went
-// away), is retried with Backoff; after a lost connection comes back,
-// Reconnected is sent. In bind mode with OnePublisher, Reconnected is sent
-// before the first message read after the end of a connection (should a
-// new connection deliver before the old one's end is read, the signal comes
-// that much later). A publisher that vanishes without closing its TCP
-// connection is not noticed: zmq4 has no heartbeats.
+// In connect mode the socket redials with Backoff whenever a dial fails or
+// the connection ends; once a lost connection is back, Reconnected is sent
+// before its first message. In bind mode with OnePublisher, Reconnected is
+// sent before the first message of a connection other than the one that
+// delivered before, or after a connection ended. A publisher that vanishes
+// without closing its TCP connection is noticed only with Heartbeat set.
 func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 	ctx, cancel := context.WithCancel(ctx)
 	ss := &session{
 		Subscriber: s,
 		ctx:        ctx,
 		out:        out,
-		opts:       socketOptions(s.log, s.cfg.DialTimeout),
+		opts:       socketOptions(s.log, s.cfg.DialTimeout, s.cfg.Limits, s.cfg.Backoff, &s.net),
 		tr:         Tracker{MaxHeld: s.cfg.MaxHeld, CatchUp: s.cfg.CatchUp},
 		replayed:   make(chan replayDone),
 	}
 	defer ss.wg.Wait()
 	defer cancel()
 
+	live, err := ss.open()
+	if err != nil {
+		return err
+	}
+	defer live.Close()
+
 	var (
-		redial    <-chan time.Time
-		timer     *time.Timer
-		attempt   int
-		connected bool // a connection existed: the next one is a reconnect
+		connected bool   // connect mode: a connection existed, the next one is a reconnect
+		ended     bool   // OnePublisher: a connection ended since the last message
+		lastPeer  uint64 // OnePublisher: the connection of the last message
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		if ss.live != nil {
-			ss.live.close()
-		}
-	}()
-	retry := func() {
-		d := s.cfg.Backoff.Delay(attempt)
-		attempt++
-		timer = time.NewTimer(d)
-		redial = timer.C
-	}
-
-	if s.cfg.Bind {
-		c, err := ss.open(true)
-		if err != nil {
-			return err
-		}
-		ss.live = c
-	} else if c, err := ss.open(false); err != nil {
-		s.log.Info("kvstream: dial failed, retrying", "err", err)
-		retry()
-	} else {
-		ss.live, connected = c, true
-	}
-
 	for {
-		var (
-			recv <-chan received
-			lost <-chan error
-		)
-		if ss.live != nil {
-			recv, lost = ss.live.recv, ss.live.lost
-		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case r := <-recv:
-			if r.afterEnd && s.cfg.OnePublisher {
-				// The message comes from a new connection, maybe of a new
-				// process whose seq already passed the last one seen: its
-				// batches would pass for a gap or even for the next ones,
-				// and a replay would hand the new process's history to a
-				// consumer holding the old one's state.
-				ss.reconnected()
+		case m := <-live.C():
+			switch m.Event {
+			case zmtp.EventConnected:
+				if !s.cfg.Bind {
+					if connected {
+						ss.reconnected()
+					}
+					connected = true
+				}
+			case zmtp.EventDisconnected:
+				if s.cfg.Bind {
+					// One publisher's connection ended; the socket still
+					// serves the others and the one that comes back.
+					s.log.Debug("kvstream: publisher connection ended", "err", m.Err)
+					ended = true
+				} else {
+					s.log.Info("kvstream: publisher connection lost, redialing", "err", m.Err)
+				}
+			case zmtp.EventMessage:
+				if s.cfg.Bind && s.cfg.OnePublisher {
+					if ended || lastPeer != 0 && m.Peer != lastPeer {
+						// The message comes from a new connection, maybe
+						// of a new process whose seq already passed the
+						// last one seen: its batches would pass for a gap
+						// or even for the next ones, and a replay would
+						// hand the new process's history to a consumer
+						// holding the old one's state.
+						ss.reconnected()
+					}
+					ended, lastPeer = false, m.Peer
+				}
+				ss.onLive(m.Frames)
 			}
-			ss.onLive(r.msg)
-		case err := <-lost:
-			s.log.Info("kvstream: publisher connection lost, redialing", "err", err)
-			ss.live.close()
-			ss.live = nil
-			attempt = 0
-			retry()
-		case <-redial:
-			redial = nil
-			c, err := ss.open(false)
-			if err != nil {
-				s.log.Debug("kvstream: redial failed", "attempt", attempt, "err", err)
-				retry()
-				continue
-			}
-			ss.live, attempt = c, 0
-			if connected {
-				ss.reconnected()
-			}
-			connected = true
 		case r := <-ss.replayed:
 			ss.onReplay(r)
 		}
@@ -235,20 +265,19 @@ type session struct {
 	*Subscriber
 	ctx      context.Context
 	out      chan<- Item
-	opts     []zmq4.Option
+	opts     zmtp.Options
 	tr       Tracker
 	scratch  []Item
-	live     *liveConn
 	replayed chan replayDone
 	wg       sync.WaitGroup // replay fetches
 }
 
 type replayDone struct {
-	req       ReplayRequest
-	msgs      []Message
-	complete  bool
-	malformed int
-	err       error
+	req      ReplayRequest
+	msgs     []Message
+	complete bool
+	dropped  drops
+	err      error
 }
 
 func (ss *session) reconnected() {
@@ -257,30 +286,28 @@ func (ss *session) reconnected() {
 	ss.emit([]Item{Reconnected{Endpoint: ss.cfg.Endpoint}})
 }
 
-func (ss *session) open(bind bool) (*liveConn, error) {
-	sock := zmq4.NewSub(ss.ctx, ss.opts...)
-	if err := sock.SetOption(zmq4.OptionSubscribe, ss.cfg.Topic); err != nil {
-		_ = sock.Close()
+// open makes the SUB socket: bound, or connecting in the background.
+func (ss *session) open() (*zmtp.Socket, error) {
+	opts := ss.opts
+	opts.Events = true
+	sock, err := zmtp.New(zmtp.Sub, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := sock.Subscribe(ss.cfg.Topic); err != nil {
+		sock.Close()
 		return nil, fmt.Errorf("kvstream: subscribe to topic %q: %w", ss.cfg.Topic, err)
 	}
-	if bind {
-		if err := sock.Listen(ss.cfg.Endpoint); err != nil {
-			_ = sock.Close()
-			return nil, fmt.Errorf("kvstream: bind Endpoint %s: %w", ss.cfg.Endpoint, err)
-		}
-	} else if err := sock.Dial(ss.cfg.Endpoint); err != nil {
-		_ = sock.Close()
-		return nil, fmt.Errorf("kvstream: dial Endpoint %s: %w", ss.cfg.Endpoint, err)
+	if ss.cfg.Bind {
+		err = sock.Listen(ss.cfg.Endpoint)
+	} else {
+		err = sock.Connect(ss.cfg.Endpoint)
 	}
-	c := &liveConn{
-		sock: sock,
-		recv: make(chan received),
-		lost: make(chan error, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("kvstream: Endpoint %s: %w", ss.cfg.Endpoint, err)
 	}
-	go c.read(bind, ss.log)
-	return c, nil
+	return sock, nil
 }
 
 func (ss *session) key(topic []byte) string {
@@ -297,14 +324,13 @@ func (ss *session) replayEndpoint(key string) string {
 	return ss.cfg.ReplayEndpoint
 }
 
-func (ss *session) onLive(m zmq4.Msg) {
-	if m.Type == zmq4.CmdMsg {
-		return
-	}
-	topic, seq, payload, err := ParseMessage(m.Frames)
+func (ss *session) onLive(frames [][]byte) {
+	topic, seq, payload, err := ParseMessage(frames)
 	if err != nil {
-		ss.malformed.Add(1)
-		ss.log.Debug("kvstream: dropped live message", "frames", len(m.Frames), "err", err)
+		var d drops
+		d.add(err)
+		ss.countDrops(d)
+		ss.log.Debug("kvstream: dropped live message", "frames", len(frames), "err", err)
 		return
 	}
 	ss.received.Add(1)
@@ -325,16 +351,16 @@ func (ss *session) startReplay(req ReplayRequest) {
 	ss.wg.Add(1)
 	go func() {
 		defer ss.wg.Done()
-		msgs, complete, malformed, err := fetchReplay(ss.ctx, ep, req.From, ss.cfg.ReplayTimeout, ss.opts, ss.log)
+		msgs, complete, dropped, err := fetchReplay(ss.ctx, ep, req.From, ss.cfg.ReplayTimeout, ss.opts, ss.log)
 		select {
-		case ss.replayed <- replayDone{req, msgs, complete, malformed, err}:
+		case ss.replayed <- replayDone{req, msgs, complete, dropped, err}:
 		case <-ss.ctx.Done():
 		}
 	}()
 }
 
 func (ss *session) onReplay(r replayDone) {
-	ss.malformed.Add(uint64(r.malformed))
+	ss.countDrops(r.dropped)
 	if r.err != nil {
 		ss.replayFails.Add(1)
 		ss.log.Warn("kvstream: replay failed", "key", r.req.Key, "from", r.req.From, "received", len(r.msgs), "err", r.err)
@@ -371,57 +397,4 @@ func (ss *session) emit(items []Item) {
 			return
 		}
 	}
-}
-
-// liveConn is one SUB socket and the goroutine reading it.
-type liveConn struct {
-	sock zmq4.Socket
-	recv chan received
-	lost chan error // connect mode: the connection ended
-	stop chan struct{}
-	done chan struct{}
-}
-
-// received is a message read by a liveConn.
-type received struct {
-	msg zmq4.Msg
-	// afterEnd (bind mode): a connection ended since the previous message.
-	// zmq4 queues a connection's end after its last message, so msg is
-	// from another connection.
-	afterEnd bool
-}
-
-func (c *liveConn) read(bind bool, log *slog.Logger) {
-	defer close(c.done)
-	ended := false
-	for {
-		m, err := c.sock.Recv()
-		if err != nil {
-			if canceled(err) {
-				return
-			}
-			if bind {
-				// One publisher's connection ended; the socket still
-				// serves the others and the one that comes back.
-				log.Debug("kvstream: publisher connection ended", "err", err)
-				ended = true
-				continue
-			}
-			c.lost <- err
-			return
-		}
-		select {
-		case c.recv <- received{msg: m, afterEnd: ended}:
-			ended = false
-		case <-c.stop:
-			return
-		}
-	}
-}
-
-func (c *liveConn) close() {
-	close(c.stop)
-	_ = c.sock.Close()
-	<-c.done
-	drain(c.sock)
 }

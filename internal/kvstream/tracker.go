@@ -1,3 +1,5 @@
+// This file holds the sequence tracker: gaps, restarts and replay requests per publisher.
+
 package kvstream
 
 import "sort"

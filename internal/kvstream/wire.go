@@ -1,3 +1,5 @@
+// This file holds the wire shapes of live, replay request and replay reply messages.
+
 package kvstream
 
 import (
@@ -10,7 +12,7 @@ import (
 	"kvrouter/internal/kvevents"
 )
 
-// Wire facts of the engine event transport (SPEC 2.1).
+// Wire facts of the engine event transport (docs/wire.md §2).
 const (
 	// seqLen is the size of the sequence frame: unsigned big-endian u64.
 	seqLen = 8
@@ -35,17 +37,27 @@ const (
 )
 
 // ErrMalformed is wrapped by every parse error: the frames do not have the
-// shape SPEC 2.1 prescribes.
+// shape docs/wire.md §2.3–2.4 prescribes. The errors below say how, and wrap it.
 var ErrMalformed = errors.New("kvstream: malformed frames")
+
+var (
+	// ErrFrameCount: the message has the wrong number of frames.
+	ErrFrameCount = fmt.Errorf("%w: wrong frame count", ErrMalformed)
+	// ErrSeqLength: the seq frame is not 8 bytes.
+	ErrSeqLength = fmt.Errorf("%w: bad seq length", ErrMalformed)
+	// ErrDelimiter: the empty delimiter frame of a replay message is not
+	// empty.
+	ErrDelimiter = fmt.Errorf("%w: bad delimiter", ErrMalformed)
+)
 
 // ParseMessage parses a live message [topic, seq (8 bytes BE), payload].
 // The returned slices alias frames.
 func ParseMessage(frames [][]byte) (topic []byte, seq uint64, payload []byte, err error) {
 	if len(frames) != liveFrames {
-		return nil, 0, nil, fmt.Errorf("%w: live message has %d frames, want %d (topic, seq, payload)", ErrMalformed, len(frames), liveFrames)
+		return nil, 0, nil, fmt.Errorf("%w: live message has %d frames, want %d (topic, seq, payload)", ErrFrameCount, len(frames), liveFrames)
 	}
 	if len(frames[1]) != seqLen {
-		return nil, 0, nil, fmt.Errorf("%w: seq frame is %d bytes, want %d", ErrMalformed, len(frames[1]), seqLen)
+		return nil, 0, nil, fmt.Errorf("%w: seq frame is %d bytes, want %d", ErrSeqLength, len(frames[1]), seqLen)
 	}
 	return frames[0], binary.BigEndian.Uint64(frames[1]), frames[2], nil
 }
@@ -59,13 +71,13 @@ func EncodeMessage(topic string, seq uint64, payload []byte) [][]byte {
 // peer identity frame is removed: ["", start_seq (8 bytes BE)].
 func ParseReplayRequest(frames [][]byte) (start uint64, err error) {
 	if len(frames) != requestFrames {
-		return 0, fmt.Errorf("%w: replay request has %d frames, want %d (empty delimiter, start seq)", ErrMalformed, len(frames), requestFrames)
+		return 0, fmt.Errorf("%w: replay request has %d frames, want %d (empty delimiter, start seq)", ErrFrameCount, len(frames), requestFrames)
 	}
 	if len(frames[0]) != 0 {
-		return 0, fmt.Errorf("%w: replay request delimiter frame is %d bytes, want empty", ErrMalformed, len(frames[0]))
+		return 0, fmt.Errorf("%w: replay request delimiter frame is %d bytes, want empty", ErrDelimiter, len(frames[0]))
 	}
 	if len(frames[1]) != seqLen {
-		return 0, fmt.Errorf("%w: replay start seq is %d bytes, want %d", ErrMalformed, len(frames[1]), seqLen)
+		return 0, fmt.Errorf("%w: replay start seq is %d bytes, want %d", ErrSeqLength, len(frames[1]), seqLen)
 	}
 	return binary.BigEndian.Uint64(frames[1]), nil
 }
@@ -81,13 +93,13 @@ func EncodeReplayRequest(start uint64) [][]byte {
 // its payload, empty on the wire, is ignored.
 func ParseReplayReply(frames [][]byte) (seq uint64, payload []byte, end bool, err error) {
 	if len(frames) != replyFrames {
-		return 0, nil, false, fmt.Errorf("%w: replay reply has %d frames, want %d (empty delimiter, seq, payload)", ErrMalformed, len(frames), replyFrames)
+		return 0, nil, false, fmt.Errorf("%w: replay reply has %d frames, want %d (empty delimiter, seq, payload)", ErrFrameCount, len(frames), replyFrames)
 	}
 	if len(frames[0]) != 0 {
-		return 0, nil, false, fmt.Errorf("%w: replay reply delimiter frame is %d bytes, want empty", ErrMalformed, len(frames[0]))
+		return 0, nil, false, fmt.Errorf("%w: replay reply delimiter frame is %d bytes, want empty", ErrDelimiter, len(frames[0]))
 	}
 	if len(frames[1]) != seqLen {
-		return 0, nil, false, fmt.Errorf("%w: replay reply seq is %d bytes, want %d", ErrMalformed, len(frames[1]), seqLen)
+		return 0, nil, false, fmt.Errorf("%w: replay reply seq is %d bytes, want %d", ErrSeqLength, len(frames[1]), seqLen)
 	}
 	seq = binary.BigEndian.Uint64(frames[1])
 	if seq == endSeq {
@@ -114,6 +126,14 @@ func TopicKey(topic string) string {
 		return topic[:i]
 	}
 	return topic
+}
+
+// TopicEpoch is SGLang's epoch suffix of a live topic, "" for none: the
+// part TopicKey strips, without a runner shard suffix after it. A new epoch
+// is a new publisher process.
+func TopicEpoch(topic string) string {
+	base, _, _ := kvevents.ParseRunnerShardTopic(topic)
+	return base[len(TopicKey(base)):]
 }
 
 // PublisherKey is the publisher key of a live topic in bind mode with several

@@ -139,3 +139,19 @@ func TestPublisherKey(t *testing.T) {
 		}
 	}
 }
+
+func TestTopicEpoch(t *testing.T) {
+	tests := []struct{ topic, want string }{
+		{"", ""},
+		{"kv@h:1@m", ""},
+		{"kv@h:1@m\x00sgl-kv-epoch=7", "\x00sgl-kv-epoch=7"},
+		{"kv@h:1@m|kvcr-tp1", ""},
+		// The shard suffix follows the epoch and is not part of it.
+		{"kv@h:1@m\x00sgl-kv-epoch=7|kvcr-tp1", "\x00sgl-kv-epoch=7"},
+	}
+	for _, tc := range tests {
+		if got := TopicEpoch(tc.topic); got != tc.want {
+			t.Errorf("TopicEpoch(%q) = %q, want %q", tc.topic, got, tc.want)
+		}
+	}
+}

@@ -22,7 +22,8 @@ var cores = []string{
 	"kvrouter/internal/hints",
 	"kvrouter/internal/kvhash",
 	"kvrouter/internal/kvevents",
-	"kvrouter/internal/cost", // the routing cost
+	"kvrouter/internal/cost",   // the routing cost
+	"kvrouter/internal/ingest", // engine stream → ordered inventory ops
 }
 
 // forbidden are the packages that bring sockets or processes, "/..."

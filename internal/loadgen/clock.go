@@ -1,3 +1,5 @@
+// This file holds Clock, the time source of a run and a progress bar, and the wall clock.
+
 package loadgen
 
 import "time"
@@ -11,6 +13,8 @@ type Clock interface {
 
 // SystemClock is the wall clock.
 type SystemClock struct{}
+
+var _ Clock = SystemClock{}
 
 func (SystemClock) Now() time.Time                         { return time.Now() }
 func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

@@ -1,3 +1,5 @@
+// This file holds Driver: a workload sent as streaming /v1/completions requests, each timed.
+
 package loadgen
 
 import (

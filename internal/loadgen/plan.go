@@ -1,3 +1,5 @@
+// This file holds the plan of which request may go next: arrivals, and turns after their session's.
+
 package loadgen
 
 import (

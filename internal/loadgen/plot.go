@@ -1,3 +1,5 @@
+// This file holds PlotTTFTCDF: an SVG of each run's time-to-first-token distribution.
+
 package loadgen
 
 import (

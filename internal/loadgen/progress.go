@@ -1,3 +1,5 @@
+// This file holds the progress bar a run redraws on a terminal with \r: done, rate, time left.
+
 package loadgen
 
 import (

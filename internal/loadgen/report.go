@@ -1,3 +1,5 @@
+// This file holds the comparison of runs: the JSON report, the table and the TTFT ratios.
+
 package loadgen
 
 import (

@@ -1,3 +1,5 @@
+// This file holds what a run records per request and the summary a benchmark reports.
+
 package loadgen
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the reader of an OpenAI completion stream: server-sent events, usage, errors.
+
 package loadgen
 
 import (

@@ -124,15 +124,15 @@ func (b *peerBook) expire(now time.Time) []string {
 // Peers shares in-flight load with the other replicas on the same NATS:
 // it is the server's LoadTracker, recording locally and announcing.
 type Peers struct {
-	NC      *nats.Conn
-	Replica string
-	Load    *cost.Load
-	// Every is the heartbeat interval; a peer silent for Timeout is
+	nc      *nats.Conn
+	replica string
+	load    *cost.Load
+	// every is the heartbeat interval; a peer silent for timeout is
 	// forgotten.
-	Every, Timeout time.Duration
-	Metrics        *Metrics
-	Log            *slog.Logger
-	Now            func() time.Time
+	every, timeout time.Duration
+	metrics        *Metrics
+	log            *slog.Logger
+	now            func() time.Time
 
 	book *peerBook
 	mu   sync.Mutex
@@ -162,14 +162,14 @@ const (
 func NewPeers(nc *nats.Conn, replica string, load *cost.Load, every, timeout time.Duration, m *Metrics, log *slog.Logger, now func() time.Time) *Peers {
 	own, _ := json.Marshal(loadBatch{Replica: replica}) // {"replica":"…","msgs":null}
 	own = own[:bytes.LastIndexByte(own, ',')+1]
-	return &Peers{NC: nc, Replica: replica, Load: load, Every: every, Timeout: timeout, Metrics: m, Log: log, Now: now,
+	return &Peers{nc: nc, replica: replica, load: load, every: every, timeout: timeout, metrics: m, log: log, now: now,
 		book: newPeerBook(load, timeout), mine: map[string]bool{}, kick: make(chan struct{}, 1), own: own}
 }
 
 // Start, Finish and the heartbeat publish under mu, so that a heartbeat
 // never overtakes a start it does not list.
 func (p *Peers) Start(id string, r cost.Rank, prefill, blocks float64) {
-	p.Load.Start(id, r, prefill, blocks)
+	p.load.Start(id, r, prefill, blocks)
 	if p.alone() {
 		// No one to announce it to, nor to list it for in a heartbeat
 		// (a replica met later never heard of it).
@@ -182,12 +182,12 @@ func (p *Peers) Start(id string, r cost.Rank, prefill, blocks float64) {
 }
 
 func (p *Peers) Prefilled(id string) {
-	p.Load.Prefilled(id)
+	p.load.Prefilled(id)
 	p.publish(loadMsg{Op: opFirst, ID: id})
 }
 
 func (p *Peers) Finish(id string) {
-	p.Load.Finish(id)
+	p.load.Finish(id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.mine, id)
@@ -202,7 +202,7 @@ func (p *Peers) Finish(id string) {
 // moments of a second replica appearing (requests already in flight then
 // are not shared: they end soon).
 func (p *Peers) publish(m loadMsg) {
-	if p.NC == nil || (m.Op != opAlive && p.alone()) {
+	if p.nc == nil || (m.Op != opAlive && p.alone()) {
 		return
 	}
 	p.pmu.Lock()
@@ -225,14 +225,14 @@ func (p *Peers) flush() {
 	p.pmu.Unlock()
 	for msgs := all; len(msgs) > 0; {
 		n := min(len(msgs), batchMax)
-		b, err := json.Marshal(loadBatch{Replica: p.Replica, Msgs: msgs[:n]})
+		b, err := json.Marshal(loadBatch{Replica: p.replica, Msgs: msgs[:n]})
 		if err == nil {
-			err = p.NC.Publish(loadSubject, b)
+			err = p.nc.Publish(loadSubject, b)
 		}
 		if err != nil {
-			p.Log.Debug("peers: announce failed", "err", err)
+			p.log.Debug("peers: announce failed", "err", err)
 		} else {
-			p.Metrics.peerMessages.WithLabelValues("out").Add(float64(n))
+			p.metrics.peerMessages.WithLabelValues("out").Add(float64(n))
 		}
 		msgs = msgs[n:]
 	}
@@ -244,18 +244,18 @@ func (p *Peers) flush() {
 
 // Run applies peers' announcements and sends heartbeats until ctx ends.
 func (p *Peers) Run(ctx context.Context) error {
-	if p.NC == nil {
+	if p.nc == nil {
 		<-ctx.Done()
 		return nil
 	}
 	msgs := make(chan *nats.Msg, 4096)
-	sub, err := p.NC.ChanSubscribe(loadSubject, msgs)
+	sub, err := p.nc.ChanSubscribe(loadSubject, msgs)
 	if err != nil {
 		return err
 	}
 	defer sub.Unsubscribe()
 	p.heartbeat() // here we are: replicas already running start sharing
-	t := time.NewTicker(p.Every)
+	t := time.NewTicker(p.every)
 	defer t.Stop()
 	batch := time.NewTimer(batchDelay)
 	batch.Stop()
@@ -273,31 +273,31 @@ func (p *Peers) Run(ctx context.Context) error {
 				continue // ours, echoed back
 			}
 			var b loadBatch
-			if json.Unmarshal(nm.Data, &b) != nil || b.Replica == "" || b.Replica == p.Replica {
+			if json.Unmarshal(nm.Data, &b) != nil || b.Replica == "" || b.Replica == p.replica {
 				continue
 			}
-			p.Metrics.peerMessages.WithLabelValues("in").Add(float64(len(b.Msgs)))
-			now := p.Now()
+			p.metrics.peerMessages.WithLabelValues("in").Add(float64(len(b.Msgs)))
+			now := p.now()
 			met := false
 			for _, m := range b.Msgs {
 				m.Replica = b.Replica
 				met = p.book.apply(m, now) || met
 			}
 			if met {
-				p.Log.Info("peers: replica announcing; sharing load with it", "replica", b.Replica)
+				p.log.Info("peers: replica announcing; sharing load with it", "replica", b.Replica)
 				p.heartbeat()
 			}
 		case <-t.C:
 			p.heartbeat()
-			for _, name := range p.book.expire(p.Now()) {
-				p.Log.Info("peers: replica stopped announcing; dropping its load", "replica", name)
+			for _, name := range p.book.expire(p.now()) {
+				p.log.Info("peers: replica stopped announcing; dropping its load", "replica", name)
 			}
 		}
 	}
 }
 
 // alone reports whether no other replica is known to share load with.
-func (p *Peers) alone() bool { return p.NC == nil || p.book.known.Load() == 0 }
+func (p *Peers) alone() bool { return p.nc == nil || p.book.known.Load() == 0 }
 
 // heartbeat announces this replica with every request it has in flight.
 func (p *Peers) heartbeat() {

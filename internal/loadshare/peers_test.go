@@ -29,9 +29,9 @@ func TestPeersShareLoad(t *testing.T) {
 	want := func(p *Peers, n int) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for p.Load.Of(rank).Requests != n {
+		for p.load.Of(rank).Requests != n {
 			if time.Now().After(deadline) {
-				t.Fatalf("replica %s: %d requests on %v, want %d", p.Replica, p.Load.Of(rank).Requests, rank, n)
+				t.Fatalf("replica %s: %d requests on %v, want %d", p.replica, p.load.Of(rank).Requests, rank, n)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -40,7 +40,7 @@ func TestPeersShareLoad(t *testing.T) {
 	for _, p := range []*Peers{a, c} {
 		for deadline := time.Now().Add(5 * time.Second); p.book.known.Load() == 0; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("replica %s met no other", p.Replica)
+				t.Fatalf("replica %s met no other", p.replica)
 			}
 		}
 	}
@@ -101,9 +101,9 @@ func TestLonePeerAnnouncesOnlyHeartbeats(t *testing.T) {
 		}
 	}
 	a.Start("a/shared", rank, 100, 4)
-	for deadline := time.Now().Add(5 * time.Second); c.Load.Of(rank).Requests != 1; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); c.load.Of(rank).Requests != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("c sees %d requests on %v, want 1", c.Load.Of(rank).Requests, rank)
+			t.Fatalf("c sees %d requests on %v, want 1", c.load.Of(rank).Requests, rank)
 		}
 	}
 }

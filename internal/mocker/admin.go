@@ -1,3 +1,5 @@
+// This file holds the engine's side endpoints: models, /tokenize, config, admin evict and reset.
+
 package mocker
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the catalog of a DP rank's blocks: tokens and parent, for runner-owned events.
+
 package mocker
 
 import "sync"

@@ -1,3 +1,5 @@
+// This file holds Clock, the service's time source, and the wall clock.
+
 package mocker
 
 import "time"
@@ -12,6 +14,8 @@ type Clock interface {
 }
 
 type realClock struct{}
+
+var _ Clock = realClock{}
 
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

@@ -1,3 +1,5 @@
+// This file holds the engine's Config: flavour, event format, defaults and their validation.
+
 package mocker
 
 import (
@@ -8,8 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvhash"
+	"kvrouter/internal/runner"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -86,7 +89,12 @@ type Config struct {
 	// AdvertiseHost is loopback, else every interface.
 	ControlHost   string
 	AdvertiseHost string
-	RunnerSecret  string
+	// RunnerSecret is the shared secret runners prove to each other (the
+	// command reads it from --runner-secret-file or KVROUTER_RUNNER_SECRET).
+	// It is required when the runners bind beyond loopback, unless
+	// RunnerInsecure opts out.
+	RunnerSecret   string
+	RunnerInsecure bool
 
 	ModelSeed uint64
 	// HashSeed is vLLM's PYTHONHASHSEED for sha256_cbor; "" is vLLM's default.
@@ -218,7 +226,7 @@ func (c *Config) validate() error {
 		}
 		seen[a] = true
 	}
-	if len(c.LoRAs) > 0 && c.format() == kvevents.SGLangArray {
+	if len(c.LoRAs) > 0 && c.format() == kvencode.SGLangArray {
 		return configErr("lora", "SGLang's array event form cannot carry lora_name; use --event-format %s", FormatMap)
 	}
 	if c.TP > maxTP {
@@ -242,17 +250,36 @@ func (c *Config) validate() error {
 	if c.AdvertiseHost == "" {
 		return configErr("advertise-host", "must name the host peers dial")
 	}
+	if host := c.controlBindHost(); c.RunnerSecret == "" && !c.RunnerInsecure && !runner.LoopbackHost(host) {
+		if host == "" {
+			host = "every interface"
+		}
+		return fmt.Errorf("%w: --runner-secret-file: %w: the runners bind %s (--control-host, --advertise-host), so anyone who reaches their ports could pull KV blocks; give every member the same secret with --runner-secret-file or %s, or pass --runner-insecure to serve without one",
+			ErrConfig, runner.ErrNoSecret, host, runner.SecretEnv)
+	}
 	return nil
 }
 
-func (c *Config) format() kvevents.Format {
+// controlBindHost is where runners listen: loopback when peers are local,
+// else every interface ("").
+func (c *Config) controlBindHost() string {
+	if c.ControlHost != "" {
+		return c.ControlHost
+	}
+	if runner.LoopbackHost(c.AdvertiseHost) {
+		return c.AdvertiseHost
+	}
+	return ""
+}
+
+func (c *Config) format() kvencode.Format {
 	switch {
 	case c.Flavor == SGLang && c.EventFormat == FormatArray:
-		return kvevents.SGLangArray
+		return kvencode.SGLangArray
 	case c.Flavor == SGLang:
-		return kvevents.SGLangMap
+		return kvencode.SGLangMap
 	}
-	return kvevents.VLLMMap
+	return kvencode.VLLMMap
 }
 
 func (c *Config) vllmSeed() string {

@@ -1,3 +1,5 @@
+// This file holds the simulated model: KV block bytes, and output tokens chosen by what it sees.
+
 package mocker
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Engine: its start (HTTP, runners, publishers per rank), endpoints and close.
+
 package mocker
 
 import (
@@ -112,18 +114,6 @@ func Start(cfg Config) (*Engine, error) {
 
 func (e *Engine) httpPort() int { return e.ln.Addr().(*net.TCPAddr).Port }
 
-// controlBindHost is where runners listen: loopback when peers are local,
-// else every interface.
-func (e *Engine) controlBindHost() string {
-	if e.cfg.ControlHost != "" {
-		return e.cfg.ControlHost
-	}
-	if ip := net.ParseIP(e.cfg.AdvertiseHost); (ip != nil && ip.IsLoopback()) || e.cfg.AdvertiseHost == "localhost" {
-		return e.cfg.AdvertiseHost
-	}
-	return ""
-}
-
 func (e *Engine) startRunners(r *rank) error {
 	bb := e.cfg.blockBytes() / e.cfg.TP
 	tcp := runner.TCPConfig{BlockBytes: bb, Logger: e.log}
@@ -144,7 +134,7 @@ func (e *Engine) startRunners(r *rank) error {
 		}
 		r.tier.runners = append(r.tier.runners, run)
 		port := e.cfg.controlPort(r.id, t)
-		l, err := net.Listen("tcp", net.JoinHostPort(e.controlBindHost(), strconv.Itoa(port)))
+		l, err := net.Listen("tcp", net.JoinHostPort(e.cfg.controlBindHost(), strconv.Itoa(port)))
 		if err != nil {
 			return fmt.Errorf("mocker: --control-port: runner of DP rank %d TP rank %d: %w", r.id, t, err)
 		}

@@ -1,3 +1,5 @@
+// This file holds a request's block keys: the flavour's event hashes and the content seeds.
+
 package mocker
 
 import (

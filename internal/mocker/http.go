@@ -1,3 +1,5 @@
+// This file holds the OpenAI API: routes, completions and chat answered whole or streamed.
+
 package mocker
 
 import (

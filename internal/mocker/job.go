@@ -1,3 +1,5 @@
+// This file holds a request's job: its placement, hinted pull, token stream and usage.
+
 package mocker
 
 import (

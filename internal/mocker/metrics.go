@@ -1,3 +1,5 @@
+// This file holds the engine's Prometheus metrics, the ranks' read at scrape time.
+
 package mocker
 
 import (
@@ -48,14 +50,17 @@ var (
 	descGPUTotal    = prometheus.NewDesc(metricGPUTotal, "GPU KV blocks of the rank (--gpu-blocks).", []string{labelDPRank}, nil)
 	descRunnerUsed  = prometheus.NewDesc(metricRunnerUsed, "Blocks held by a runner shard.", []string{labelDPRank, labelTPRank}, nil)
 	descRunnerTotal = prometheus.NewDesc(metricRunnerTotal, "Block slots of a runner shard (--runner-blocks).", []string{labelDPRank, labelTPRank}, nil)
-	descRunnerExp   = prometheus.NewDesc(metricRunnerExpired, "Peer FETCHes a runner shard's server cut off at their deadline (a peer reading too slowly or not at all): the connection was reset and the block being sent unpinned.", []string{labelDPRank, labelTPRank}, nil)
+	descRunnerExp   = prometheus.NewDesc(metricRunnerExpired, "Peer FETCHes a runner shard's server cut off (a peer that stalled mid-answer past the block write timeout, or read too slowly for the fetch deadline): the connection was reset and the block being sent unpinned.", []string{labelDPRank, labelTPRank}, nil)
+	descRunnerConns = prometheus.NewDesc(metricRunnerConns, "Peer connections a runner shard's server has open.", []string{labelDPRank, labelTPRank}, nil)
+	descRunnerRef   = prometheus.NewDesc(metricRunnerRefused, "Peer connections a runner shard's server refused, by reason: full (every slot taken) or client_limit (the client address had its most open). Hinted pulls from a refused peer fail.", []string{labelDPRank, labelTPRank, labelReason}, nil)
+	descRunnerHSTO  = prometheus.NewDesc(metricRunnerHSTO, "Peer connections a runner shard's server closed for not finishing the handshake in time (connected and idled).", []string{labelDPRank, labelTPRank}, nil)
 	descPrefill     = prometheus.NewDesc(metricPrefillTokens, "Prompt tokens computed by prefill.", []string{labelDPRank}, nil)
 	descCached      = prometheus.NewDesc(metricCachedTokens, "Prompt tokens not computed, by where their KV came from: gpu prefix cache, local runner, or peer.", []string{labelDPRank, labelSource}, nil)
 	descPeer        = prometheus.NewDesc(metricPeerTokens, "Prompt tokens restored from blocks pulled from a peer runner.", []string{labelDPRank}, nil)
 )
 
 func (c *rankCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descGPUUsed, descGPUCached, descGPUTotal, descRunnerUsed, descRunnerTotal, descRunnerExp, descPrefill, descCached, descPeer} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descGPUUsed, descGPUCached, descGPUTotal, descRunnerUsed, descRunnerTotal, descRunnerExp, descRunnerConns, descRunnerRef, descRunnerHSTO, descPrefill, descCached, descPeer} {
 		ch <- d
 	}
 }
@@ -85,6 +90,13 @@ func (c *rankCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descRunnerUsed, rs.Used, dp, strconv.Itoa(t))
 			gauge(descRunnerTotal, rs.Slots, dp, strconv.Itoa(t))
 			counter(descRunnerExp, rs.ServeExpired, dp, strconv.Itoa(t))
+			if t < len(r.tier.servers) {
+				ss := r.tier.servers[t].Stats()
+				gauge(descRunnerConns, ss.Conns, dp, strconv.Itoa(t))
+				counter(descRunnerRef, ss.RefusedFull, dp, strconv.Itoa(t), reasonFull)
+				counter(descRunnerRef, ss.RefusedClient, dp, strconv.Itoa(t), reasonClientLimit)
+				counter(descRunnerHSTO, ss.HandshakeTimeouts, dp, strconv.Itoa(t))
+			}
 		}
 	}
 }

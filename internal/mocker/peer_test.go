@@ -3,6 +3,7 @@ package mocker
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvhash"
+	"kvrouter/internal/runner"
 )
 
 // sglangHint is the kv_hints envelope a router would attach: A's control
@@ -92,6 +94,38 @@ func TestPeerRestore(t *testing.T) {
 	assertMetric(t, b, metricPeerTokens+`{dp_rank="0"} `+itoa(full))
 	// A served B's pull well within its runner server's fetch deadline.
 	assertMetric(t, a, metricRunnerExpired+`{dp_rank="0",tp_rank="0"} 0`)
+	assertMetric(t, a, metricRunnerRefused+`{dp_rank="0",reason="client_limit",tp_rank="0"} 0`)
+	assertMetric(t, a, metricRunnerRefused+`{dp_rank="0",reason="full",tp_rank="0"} 0`)
+}
+
+// TestRunnerRefusalsVisible: connections to a runner's peer port beyond one
+// client's share are refused, and the refusals show on /metrics.
+func TestRunnerRefusalsVisible(t *testing.T) {
+	e := startEngine(t, nil)
+	addr := strings.TrimPrefix(e.ControlEndpoint(0), "tcp://")
+	share := runner.DefaultMaxConns / 4
+	const extra = 3
+	// HELLO (a zero nonce) and an empty AUTH, the runner protocol's
+	// handshake without a secret: admitted connections are then
+	// authenticated and idle, holding their slots for the idle timeout.
+	handshake := append([]byte{'K', 'R', 1, 1, 0, 0, 0, 16}, make([]byte, 16)...)
+	handshake = append(handshake, 'K', 'R', 1, 3, 0, 0, 0, 0)
+	for range share + extra {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.Write(handshake)
+	}
+	want := metricRunnerRefused + `{dp_rank="0",reason="client_limit",tp_rank="0"} ` + strconv.Itoa(extra)
+	for i := 0; !strings.Contains(metricsText(t, e), want+"\n"); i++ {
+		if i == 1000 {
+			t.Fatalf("metrics never showed %q:\n%s", want, metricsText(t, e))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	assertMetric(t, e, metricRunnerConns+`{dp_rank="0",tp_rank="0"} `+strconv.Itoa(share))
 }
 
 // TestPeerBytesDecideOutput: a peer whose model seed differs holds other

@@ -1,3 +1,5 @@
+// This file holds a DP rank's GPU block pool: bytes, prefix cache and LRU eviction.
+
 package mocker
 
 // gpuPool is one DP rank's GPU KV cache: fixed blocks with their bytes,

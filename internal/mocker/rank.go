@@ -1,3 +1,5 @@
+// This file holds one DP rank's service: the scheduler's driver, its events and its runner sinks.
+
 package mocker
 
 import (
@@ -7,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/runner"
@@ -22,7 +25,7 @@ type rank struct {
 	tier  *shards
 	cat   *catalog
 	pub   *kvstream.Publisher
-	enc   kvevents.Encoder
+	enc   kvencode.Encoder
 	topic string
 
 	// load counts the rank's requests from arrival (before any pull) to
@@ -46,7 +49,7 @@ func newRank(id int, cfg *Config, v *vocab) *rank {
 		cfg:     cfg,
 		log:     cfg.Logger.With("dp_rank", id),
 		cat:     newCatalog(),
-		enc:     kvevents.Encoder{Format: cfg.format(), Envelope: kvevents.EnvelopeArray},
+		enc:     kvencode.Encoder{Format: cfg.format(), Envelope: kvencode.EnvelopeArray},
 		jobs:    make(map[*Seq]*job),
 		changed: make(chan struct{}),
 		wake:    make(chan struct{}, 1),

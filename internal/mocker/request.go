@@ -1,3 +1,5 @@
+// This file holds the parsing of request bodies: completions, chat, /tokenize and admin evict.
+
 package mocker
 
 import (
@@ -6,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"kvrouter/internal/hints"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -36,13 +39,9 @@ type commonBody struct {
 	// The router names the rank; SGLang's own field is data_parallel_rank.
 	DPRank           *int `json:"dp_rank"`
 	DataParallelRank *int `json:"data_parallel_rank"`
-	// Hint placements (SPEC 5.1).
-	KVHints          json.RawMessage `json:"kv_hints"`
-	KVRouterHint     json.RawMessage `json:"kv_router_hint"`
-	KVTransferParams *struct {
-		KVHint     json.RawMessage `json:"kv_hint"`
-		RouterHint json.RawMessage `json:"router_hint"`
-	} `json:"kv_transfer_params"`
+	// An object or null, as vLLM requires; the hint in it, or at the top
+	// level for SGLang, is read by hints.Extract.
+	KVTransferParams *struct{} `json:"kv_transfer_params"`
 }
 
 type completionBody struct {
@@ -98,7 +97,7 @@ func (p *parser) completion(body []byte) (parsed, error) {
 	if err != nil {
 		return parsed{}, err
 	}
-	return p.finish(&b.commonBody, tokens, b.MaxTokens)
+	return p.finish(body, &b.commonBody, tokens, b.MaxTokens)
 }
 
 func (p *parser) chat(body []byte) (parsed, error) {
@@ -114,10 +113,10 @@ func (p *parser) chat(body []byte) (parsed, error) {
 	if maxTokens == nil {
 		maxTokens = b.MaxTokens
 	}
-	return p.finish(&b.commonBody, tokens, maxTokens)
+	return p.finish(body, &b.commonBody, tokens, maxTokens)
 }
 
-func (p *parser) finish(b *commonBody, tokens []uint32, maxTokens *int) (parsed, error) {
+func (p *parser) finish(body []byte, b *commonBody, tokens []uint32, maxTokens *int) (parsed, error) {
 	out := parsed{stream: b.Stream, includeUsage: b.StreamOptions != nil && b.StreamOptions.IncludeUsage}
 	path, err := loraPath(b.LoRAPath)
 	if err != nil {
@@ -145,25 +144,20 @@ func (p *parser) finish(b *commonBody, tokens []uint32, maxTokens *int) (parsed,
 	if out.dpRank == nil {
 		out.dpRank = b.DataParallelRank
 	}
-	out.hint = p.hint(b)
+	out.hint = p.hint(body)
 	return out, nil
 }
 
-// hint returns the raw hint at this flavour's placements, current first:
-// an engine does not look where the other engine reads hints.
-func (p *parser) hint(b *commonBody) []byte {
-	var cands []json.RawMessage
+// hint returns the hint this engine reads in body: at its flavour's
+// placements, the current one first (an engine does not look where the
+// other engine reads hints); nil when there is none.
+func (p *parser) hint(body []byte) []byte {
+	from := []hints.Placement{hints.PlaceVLLM, hints.PlaceVLLMOld}
 	if p.cfg.Flavor == SGLang {
-		cands = []json.RawMessage{b.KVHints, b.KVRouterHint}
-	} else if b.KVTransferParams != nil {
-		cands = []json.RawMessage{b.KVTransferParams.KVHint, b.KVTransferParams.RouterHint}
+		from = []hints.Placement{hints.PlaceSGLang, hints.PlaceSGLangOld}
 	}
-	for _, c := range cands {
-		if len(c) > 0 && !bytes.Equal(c, []byte("null")) {
-			return c
-		}
-	}
-	return nil
+	raw, _, _, _ := hints.Extract(body, from...) // body decoded as an object already
+	return raw
 }
 
 // prompt reads a completions prompt: text, token ids, or a batch of one.

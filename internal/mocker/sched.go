@@ -1,3 +1,5 @@
+// This file holds the scheduler core: continuous batching, chunked prefill, cache stores.
+
 package mocker
 
 import (

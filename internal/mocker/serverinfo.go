@@ -1,3 +1,5 @@
+// This file holds the engine's configuration as SGLang's /get_server_info or vLLM's arguments.
+
 package mocker
 
 import (

@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
+	"kvrouter/internal/runner"
 	"kvrouter/internal/workerconfig"
 )
 
@@ -135,6 +137,46 @@ func TestConfigErrors(t *testing.T) {
 			}
 			if !errors.Is(err, ErrConfig) {
 				t.Fatalf("error %v does not match ErrConfig", err)
+			}
+		})
+	}
+}
+
+// TestRunnerSecretRequired: runners that bind beyond loopback need a shared
+// secret or the explicit opt-out; on loopback neither is needed.
+func TestRunnerSecretRequired(t *testing.T) {
+	cases := []struct {
+		name    string
+		mut     func(*Config)
+		wantErr bool
+	}{
+		{"loopback by default", func(*Config) {}, false},
+		{"localhost", func(c *Config) { c.AdvertiseHost = "localhost" }, false},
+		{"advertised beyond loopback binds every interface", func(c *Config) { c.AdvertiseHost = "10.0.0.7" }, true},
+		{"explicit wildcard", func(c *Config) { c.ControlHost = "0.0.0.0" }, true},
+		{"explicit address", func(c *Config) { c.ControlHost = "10.0.0.7" }, true},
+		{"with a secret", func(c *Config) { c.AdvertiseHost, c.RunnerSecret = "10.0.0.7", "s3cret" }, false},
+		{"insecure opt-out", func(c *Config) { c.AdvertiseHost, c.RunnerInsecure = "10.0.0.7", true }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{}
+			c.mut(&cfg)
+			cfg.setDefaults()
+			err := cfg.validate()
+			if !c.wantErr {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrConfig) || !errors.Is(err, runner.ErrNoSecret) {
+				t.Fatalf("error %v, want ErrConfig and runner.ErrNoSecret", err)
+			}
+			for _, name := range []string{"--runner-secret-file", runner.SecretEnv, "--runner-insecure"} {
+				if !strings.Contains(err.Error(), name) {
+					t.Fatalf("error %q does not name %s", err, name)
+				}
 			}
 		})
 	}

@@ -1,3 +1,5 @@
+// This file holds the tier below the GPU pool: a runner shard per TP rank, and peer pulls.
+
 package mocker
 
 import (
@@ -21,6 +23,8 @@ type shards struct {
 	transports []*runner.TCPTransport
 	shardBytes int
 }
+
+var _ Lower = (*shards)(nil)
 
 // Holds implements Lower.
 func (s *shards) Holds(key uint64) bool {

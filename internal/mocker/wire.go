@@ -1,3 +1,5 @@
+// This file holds the engine's wire names: paths, OpenAI names, media, config keys, metrics.
+
 package mocker
 
 // Every wire name the mocker reads or writes: HTTP paths and headers, the
@@ -48,7 +50,7 @@ const (
 	tierAll    = "all"
 )
 
-// Event mediums per flavour (SPEC 2.3): SGLang's KVCR linker reports
+// Event mediums per flavour (docs/wire.md §3.6–3.7): SGLang's KVCR linker reports
 // runner-owned blocks as EXTERNAL; vLLM's connector as CPU with
 // ownership "kvcr".
 const (
@@ -109,6 +111,9 @@ const (
 	metricRunnerUsed    = "kvrouter_mocker_runner_blocks_used"
 	metricRunnerTotal   = "kvrouter_mocker_runner_blocks_total"
 	metricRunnerExpired = "kvrouter_mocker_runner_serve_expired_total"
+	metricRunnerConns   = "kvrouter_mocker_runner_peer_connections"
+	metricRunnerRefused = "kvrouter_mocker_runner_peer_refused_total"
+	metricRunnerHSTO    = "kvrouter_mocker_runner_peer_handshake_timeouts_total"
 	metricPrefillTokens = "kvrouter_mocker_prefill_tokens_computed_total"
 	metricCachedTokens  = "kvrouter_mocker_cached_tokens_total"
 	metricPeerTokens    = "kvrouter_mocker_peer_restored_tokens_total"
@@ -118,6 +123,9 @@ const (
 	labelTPRank         = "tp_rank"
 	labelSource         = "source"
 	labelOutcome        = "outcome"
+	labelReason         = "reason"
+	reasonFull          = "full"         // the runner's server had MaxConns open
+	reasonClientLimit   = "client_limit" // the client had MaxConnsPerClient open
 	sourceGPU           = "gpu"
 	sourceRunner        = "runner"
 	sourcePeer          = "peer"

@@ -3,15 +3,12 @@
 package policybench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"kvrouter/internal/cluster"
+	"kvrouter/internal/promtext"
 )
 
 // Wire names this benchmark reads from the router and the engines.
@@ -30,115 +27,6 @@ const (
 	metricHintOutcome = "kvrouter_mocker_hint_outcomes_total"
 )
 
-// sample is one line of a Prometheus text exposition.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-// parseMetrics reads the samples of a Prometheus text exposition
-// (version 0.0.4), skipping comments. Label values may hold escaped
-// quotes, commas and braces.
-func parseMetrics(text []byte) ([]sample, error) {
-	var out []sample
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d %q: %w", n, line, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseSample(line string) (sample, error) {
-	end := strings.IndexAny(line, "{ \t")
-	if end <= 0 {
-		return sample{}, fmt.Errorf("no value")
-	}
-	s := sample{name: line[:end], labels: map[string]string{}}
-	rest := line[end:]
-	if rest[0] == '{' {
-		var err error
-		if rest, err = parseLabels(rest[1:], s.labels); err != nil {
-			return sample{}, err
-		}
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return sample{}, fmt.Errorf("no value")
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return sample{}, err
-	}
-	s.value = v
-	return s, nil
-}
-
-// parseLabels reads name="value" pairs up to the closing brace into into
-// and returns what follows it.
-func parseLabels(s string, into map[string]string) (string, error) {
-	for {
-		s = strings.TrimLeft(s, " ,")
-		if strings.HasPrefix(s, "}") {
-			return s[1:], nil
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 || len(s) < eq+2 || s[eq+1] != '"' {
-			return "", fmt.Errorf("bad label at %q", s)
-		}
-		name := strings.TrimSpace(s[:eq])
-		s = s[eq+2:]
-		var v strings.Builder
-		i := 0
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-				if s[i] == 'n' {
-					v.WriteByte('\n')
-					continue
-				}
-			}
-			v.WriteByte(s[i])
-		}
-		if i == len(s) {
-			return "", fmt.Errorf("unterminated value of label %s", name)
-		}
-		into[name] = v.String()
-		s = s[i+1:]
-	}
-}
-
-// sum adds up the samples named name whose labels include every pair of
-// match.
-func sum(samples []sample, name string, match map[string]string) float64 {
-	var total float64
-	for _, s := range samples {
-		if s.name != name {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if s.labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			total += s.value
-		}
-	}
-	return total
-}
-
 // hintCounts are the router's hint decisions for the requests it sent,
 // and every decision's count by reason.
 type hintCounts struct {
@@ -146,15 +34,15 @@ type hintCounts struct {
 	reasons         map[string]int64
 }
 
-func readHints(samples []sample) hintCounts {
+func readHints(m promtext.Exposition) hintCounts {
 	h := hintCounts{
-		issued:  int64(sum(samples, metricHints, map[string]string{"result": "issued"})),
-		skipped: int64(sum(samples, metricHints, map[string]string{"result": "skipped"})),
+		issued:  int64(m.Sum(metricHints, map[string]string{"result": "issued"})),
+		skipped: int64(m.Sum(metricHints, map[string]string{"result": "skipped"})),
 		reasons: map[string]int64{},
 	}
-	for _, s := range samples {
-		if s.name == metricHints && s.value > 0 {
-			h.reasons[s.labels["reason"]] += int64(s.value)
+	for _, s := range m.Samples(metricHints) {
+		if s.Value > 0 {
+			h.reasons[s.Labels["reason"]] += int64(s.Value)
 		}
 	}
 	return h
@@ -167,46 +55,45 @@ type pullStats struct {
 	seconds float64
 }
 
-func readPulls(samples []sample) pullStats {
-	return pullStats{
-		count:   sum(samples, metricPeerPull+"_count", nil),
-		seconds: sum(samples, metricPeerPull+"_sum", nil),
-	}
+func readPulls(m promtext.Exposition) pullStats {
+	var p pullStats
+	p.count, p.seconds = m.Histogram(metricPeerPull)
+	return p
 }
 
 // pullFailures are the hinted requests whose pull brought only part of the
 // hinted blocks, or none (the rest was recomputed).
-func pullFailures(samples []sample) float64 {
-	return sum(samples, metricHintOutcome, map[string]string{"outcome": "partial"}) +
-		sum(samples, metricHintOutcome, map[string]string{"outcome": "failed"})
+func pullFailures(m promtext.Exposition) float64 {
+	return m.Sum(metricHintOutcome, map[string]string{"outcome": "partial"}) +
+		m.Sum(metricHintOutcome, map[string]string{"outcome": "failed"})
 }
 
 // busy is an engine's requests running or waiting.
-func busy(samples []sample) float64 {
-	return sum(samples, metricRunning, nil) + sum(samples, metricWaiting, nil)
+func busy(m promtext.Exposition) float64 {
+	return m.Sum(metricRunning, nil) + m.Sum(metricWaiting, nil)
 }
 
 // pullTotals adds up every engine's pulls and failed pulls.
 func pullTotals(ctx context.Context, engines []cluster.Engine) (p pullStats, failed float64, err error) {
 	for _, e := range engines {
-		s, err := scrape(ctx, e.URL)
+		m, err := scrape(ctx, e.URL)
 		if err != nil {
 			return pullStats{}, 0, fmt.Errorf("engine %s metrics: %w", e.ID, err)
 		}
-		ps := readPulls(s)
+		ps := readPulls(m)
 		p.count += ps.count
 		p.seconds += ps.seconds
-		failed += pullFailures(s)
+		failed += pullFailures(m)
 	}
 	return p, failed, nil
 }
 
-func scrape(ctx context.Context, base string) ([]sample, error) {
+func scrape(ctx context.Context, base string) (promtext.Exposition, error) {
 	text, err := cluster.Get(ctx, base+pathMetrics)
 	if err != nil {
 		return nil, err
 	}
-	return parseMetrics(text)
+	return promtext.Parse(text)
 }
 
 // workersView is the part of the router's GET /debug/workers that tells

@@ -1,3 +1,5 @@
+// This file holds the object walkers: Members in place, and ScanObject that validates as it goes.
+
 package rawjson
 
 import (
@@ -5,11 +7,48 @@ import (
 	"encoding/json"
 )
 
-// Member is one member of a JSON object: its key, decoded, and the text of
-// its value.
+// Member is one member of a JSON object: its key, decoded, the text of its
+// value, and where the member stands in the scanned text, for callers that
+// rewrite the object around it.
 type Member struct {
 	Key   string
 	Value []byte
+	Start int // the offset of the key's opening quote
+	End   int // the offset just past the value
+}
+
+// Members appends to dst the members of the object opening at b[open] and
+// returns them with the offset of its closing brace. b must be valid JSON
+// (Valid, or ScanObject, said so): nothing is checked again, so a body is
+// validated once however many times it is walked.
+func Members(dst []Member, b []byte, open int) ([]Member, int) {
+	i := SkipSpace(b, open+1)
+	if b[i] == '}' {
+		return dst, i
+	}
+	for {
+		start, end := i, SkipString(b, i)
+		i = SkipSpace(b, end)
+		v := SkipSpace(b, i+1) // past the colon
+		i = SkipValue(b, v)
+		dst = append(dst, Member{Key: key(b[start:end]), Value: b[v:i], Start: start, End: i})
+		if i = SkipSpace(b, i); b[i] == '}' {
+			return dst, i
+		}
+		i = SkipSpace(b, i+1) // past the comma
+	}
+}
+
+// key decodes a valid quoted key. An escaped key must match like the plain
+// one: a client could spell kv_hints "kv\u005fhints" to smuggle a hint past
+// whoever strips them.
+func key(q []byte) string {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return intern(q[1 : len(q)-1])
+	}
+	var k string
+	_ = json.Unmarshal(q, &k) // valid JSON: cannot fail
+	return k
 }
 
 // ScanObject validates b as exactly one JSON object, as Valid would, and
@@ -34,19 +73,14 @@ func ScanObject(dst []Member, b []byte, take func(key string, b []byte, i int) i
 		if end < 0 {
 			return dst, false
 		}
-		key := intern(b[i+1 : end-1])
-		if bytes.IndexByte(b[i:end], '\\') >= 0 {
-			if json.Unmarshal(b[i:end], &key) != nil {
-				return dst, false
-			}
-		}
+		start, k := i, key(b[i:end])
 		if i = SkipSpace(b, end); i >= len(b) || b[i] != ':' {
 			return dst, false
 		}
 		v := SkipSpace(b, i+1)
 		i = -1
 		if take != nil && v < len(b) {
-			i = take(key, b, v)
+			i = take(k, b, v)
 		}
 		if i < 0 {
 			i = ValidValue(b, v)
@@ -54,7 +88,7 @@ func ScanObject(dst []Member, b []byte, take func(key string, b []byte, i int) i
 		if i < 0 {
 			return dst, false
 		}
-		dst = append(dst, Member{key, b[v:i]})
+		dst = append(dst, Member{Key: k, Value: b[v:i], Start: start, End: i})
 		switch i = SkipSpace(b, i); {
 		case i >= len(b):
 			return dst, false
@@ -79,6 +113,12 @@ func intern(b []byte) string {
 		return "prompt"
 	case "messages":
 		return "messages"
+	case "role":
+		return "role"
+	case "content":
+		return "content"
+	case "kv_transfer_params":
+		return "kv_transfer_params"
 	case "stream":
 		return "stream"
 	case "stream_options":

@@ -1,8 +1,21 @@
-// Package rawjson owns scanning JSON text in place: finding where a value
-// ends without decoding it. The front door edits request bodies (strip a
-// client's hint, attach ours, read the prompt) without re-encoding them, so
-// numbers and formatting survive byte for byte; every function here takes
-// text that is already known to be valid JSON.
+// Package rawjson owns scanning JSON text in place: validating it, and
+// finding where objects' members and arrays' elements stand without
+// decoding them. The front door edits request bodies (strip a client's
+// hint, attach ours, read the prompt) without re-encoding them, so numbers
+// and formatting survive byte for byte. Valid and ScanObject check their
+// input; the walkers (Members, Elements, Skip*) take text already known to
+// be valid JSON.
+//
+// It is hand-written because every request body goes through it and
+// encoding/json has nothing that walks raw text in place. BenchmarkValid
+// and BenchmarkMembers, 8 runs each on a shared 2-core Xeon VM (medians;
+// runs spread ±30-45% with the machine's load):
+//
+//	                       rawjson          encoding/json
+//	Valid, 100 KB chat     77.8 µs          356 µs (json.Valid)
+//	Valid, 1,536 ids        9.1 µs           40.3 µs
+//	Members, 100 KB chat   82.7 µs, 0 B     785 µs, 105 KB (map of RawMessage)
+//	Members, 1,536 ids      0.93 µs, 0 B     97.1 µs, 10 KB
 package rawjson
 
 import "bytes"
@@ -73,4 +86,23 @@ func SkipValue(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// Elements appends to dst the text of each element of the array opening at
+// b[open] and returns them with the offset of its closing bracket. b must
+// be valid JSON.
+func Elements(dst [][]byte, b []byte, open int) ([][]byte, int) {
+	i := SkipSpace(b, open+1)
+	if b[i] == ']' {
+		return dst, i
+	}
+	for {
+		v := i
+		i = SkipValue(b, v)
+		dst = append(dst, b[v:i])
+		if i = SkipSpace(b, i); b[i] == ']' {
+			return dst, i
+		}
+		i = SkipSpace(b, i+1) // past the comma
+	}
 }

@@ -1,3 +1,5 @@
+// This file holds Valid and ValidValue: json.Valid's rules, eight bytes at a time in strings.
+
 package rawjson
 
 import "encoding/binary"

@@ -3,6 +3,7 @@ package rawjson
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -87,6 +88,20 @@ func FuzzScanObject(f *testing.F) {
 		if !ok {
 			return
 		}
+		// Members, walking the object without checking it, finds the
+		// same members at the same places.
+		again, closing := Members(nil, b, SkipSpace(b, 0))
+		same := func(x, y Member) bool {
+			return x.Key == y.Key && string(x.Value) == string(y.Value) && x.Start == y.Start && x.End == y.End
+		}
+		if !slices.EqualFunc(again, ms, same) || SkipSpace(b, closing+1) != len(b) || b[closing] != '}' {
+			t.Fatalf("Members(%q) = %+v closing at %d, ScanObject found %+v", b, again, closing, ms)
+		}
+		for _, m := range ms {
+			if b[m.Start] != '"' || string(b[m.End-len(m.Value):m.End]) != string(m.Value) {
+				t.Fatalf("ScanObject(%q): member %+v is not where it says", b, m)
+			}
+		}
 		got := map[string]string{}
 		for _, m := range ms {
 			if !utf8.ValidString(m.Key) {
@@ -100,6 +115,28 @@ func FuzzScanObject(f *testing.F) {
 		for k, v := range want {
 			if got[k] != string(v) {
 				t.Fatalf("ScanObject(%q)[%q] = %s, want %s", b, k, got[k], v)
+			}
+		}
+	})
+}
+
+// FuzzElements: Elements finds the elements encoding/json does, as written.
+func FuzzElements(f *testing.F) {
+	for _, c := range []string{`[]`, ` [ ] `, `[1]`, `[1, "a,]", [2,[3]], {"b":[4]}, null ]`, `[1,2,3]`, `["\"]"]`} {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want []json.RawMessage
+		if !json.Valid(b) || json.Unmarshal(b, &want) != nil || want == nil {
+			return
+		}
+		got, closing := Elements(nil, b, SkipSpace(b, 0))
+		if len(got) != len(want) || b[closing] != ']' || SkipSpace(b, closing+1) != len(b) {
+			t.Fatalf("Elements(%q) = %q closing at %d, want %q", b, got, closing, want)
+		}
+		for i := range want {
+			if string(got[i]) != string(want[i]) {
+				t.Fatalf("Elements(%q)[%d] = %s, want %s", b, i, got[i], want[i])
 			}
 		}
 	})

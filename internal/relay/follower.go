@@ -1,3 +1,5 @@
+// This file holds Follower, a router's side: snapshot, then live messages, resync on a break.
+
 package relay
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Publisher, an agent's side: commits with their cursor, heartbeats, snapshots.
+
 package relay
 
 import (

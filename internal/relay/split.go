@@ -1,3 +1,5 @@
+// This file holds the splitting of a message too large for the NATS payload limit.
+
 package relay
 
 import (

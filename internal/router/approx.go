@@ -1,3 +1,5 @@
+// This file holds approximate mode: decisions committed as blocks that expire after a TTL.
+
 package router
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Decide: a request's candidates per block size, their cost, and the target's hint.
+
 package router
 
 import (
@@ -183,12 +185,14 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		return g
 	}
 
+	// A forced target is taken even when down: the operator asked for it.
+	anyDown := r.down.Load() > 0 && req.Target == ""
 	included := func(e *entry) bool {
 		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID) &&
-			(only == "" || slices.Contains(e.w.LoRAs, only))
+			(only == "" || slices.Contains(e.w.LoRAs, only)) && !(anyDown && e.down.Load())
 	}
 	sh, ok := r.shapes[model]
-	if !ok || req.filtered() {
+	if !ok || req.filtered() || anyDown {
 		sh = shapeOf(ents, included)
 	}
 	bs, mixed, ranks := sh.bs, sh.mixed, sh.ranks
@@ -196,7 +200,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		if req.Target != "" {
 			return nil, fmt.Errorf("%w: worker %q does not serve model %q", ErrNoWorker, req.Target, req.Model)
 		}
-		return nil, fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
+		return nil, r.noneLeft(req, ents)
 	}
 	var t cost.Scored
 	var g *group
@@ -204,6 +208,9 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	if !mixed && !req.Explain && r.picker.Routing == cost.RoutingKV && r.picker.Temperature == 0 {
 		g = groupOf(bs)
 		e, i := r.cheapest(g, ents, ranks, included, ld, req)
+		if e == nil { // a worker went down since the shape was taken
+			return nil, r.noneLeft(req, ents)
+		}
 		t = r.cfg.Weights.Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
 	} else {
 		for _, e := range ents {
@@ -269,9 +276,27 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	if r.cfg.NoHints {
 		d.HintDecision = hints.Decision{Reason: hints.ReasonDisabled}
 	} else {
-		d.Hint, d.HintDecision = r.hint(g, d.Target, req.Salt)
+		d.Hint, d.HintDecision = r.hint(g, d.Target)
 	}
 	return d, nil
+}
+
+// noneLeft is the error of a decision that found every worker of the
+// model excluded or down.
+func (r *Router) noneLeft(req Request, ents []*entry) error {
+	down := 0
+	for _, e := range ents {
+		if e.down.Load() {
+			down++
+		}
+	}
+	switch {
+	case down == len(ents):
+		return fmt.Errorf("%w: every worker of model %q is down (refusing connections or failing health probes)", ErrNoWorker, req.Model)
+	case down > 0:
+		return fmt.Errorf("%w: every worker of model %q is down or was excluded", ErrNoWorker, req.Model)
+	}
+	return fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
 }
 
 // filtered says that some of the model's workers are not candidates.
@@ -384,11 +409,10 @@ func (r *Router) fill(c *cost.Candidate, g *group, e *entry, i int, ld *loads) {
 
 // hint runs hint selection for the chosen target. It never changes the
 // target.
-func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decision) {
+func (r *Router) hint(g *group, t Target) (hints.Hint, hints.Decision) {
 	tsrc := index.WorkerRank(t.Worker.ID, t.Rank)
 	req := hints.Request{
-		Target: hints.Source(tsrc),
-		Salt:   salt,
+		Target: tsrc,
 		Meta:   r.meta,
 	}
 	req.TargetMeta, _ = r.meta(req.Target)
@@ -432,14 +456,12 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 			guess = e != nil && e.w.Mode == ModeApproximate
 		}
 		req.Candidates = append(req.Candidates, hints.Candidate{
-			Source: hints.Source(src),
+			Source: src,
 			Depth:  depth,
 			Chain:  m.Chain,
 			// A guess carries made-up engine hashes: comparing them
 			// means nothing (and Meta refuses the source anyway).
 			HashConflict: !guess && g.ix.Conflict(tsrc, src),
-			// Identities are salted: a match is under the request's salt.
-			Salt: salt,
 		})
 	}
 	h, d := hints.Select(req, r.policies[g.bs])
@@ -450,7 +472,7 @@ func (r *Router) hint(g *group, t Target, salt string) (hints.Hint, hints.Decisi
 }
 
 // meta is what hint selection knows about a source. Callers hold mu.
-func (r *Router) meta(s hints.Source) (hints.Meta, bool) {
+func (r *Router) meta(s index.Source) (hints.Meta, bool) {
 	if s.Owner != "" {
 		o := r.owners[s.Owner]
 		if o == nil {
@@ -477,7 +499,9 @@ func (r *Router) meta(s hints.Source) (hints.Meta, bool) {
 		return hints.Meta{}, false
 	}
 	m := e.w.Capability.Meta(s.Rank)
-	m.Ready = r.ready[index.WorkerRank(s.Worker, s.Rank)] && r.trusted(e.w.Origin)
+	// A down worker's device blocks went with its engine, or cannot be
+	// reached: no peer may be told to pull them.
+	m.Ready = r.ready[index.WorkerRank(s.Worker, s.Rank)] && r.trusted(e.w.Origin) && !e.down.Load()
 	return m, true
 }
 

@@ -1,3 +1,5 @@
+// This file holds the slot refs: what each source slot of an index stands for, relinked lazily.
+
 package router
 
 import (

@@ -63,6 +63,9 @@ func TestLoRA(t *testing.T) {
 			if !slices.Equal(got, tc.candidatesFor) {
 				t.Errorf("candidates %v, want %v", got, tc.candidatesFor)
 			}
+			if err := r.CheckModel(tc.req.Model); err != nil {
+				t.Errorf("CheckModel: %v", err)
+			}
 			base, lora, ok := r.Resolve(tc.req.Model, tc.req.LoRA)
 			if !ok || base != tc.model || lora != tc.lora {
 				t.Errorf("Resolve: %q %q %v", base, lora, ok)

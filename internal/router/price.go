@@ -1,3 +1,5 @@
+// This file holds the pricing of ranks: their loads, the cheapest ranks, and draws among ties.
+
 package router
 
 import (
@@ -72,13 +74,14 @@ func (r *Router) releaseLoads(l *loads) {
 // decision over a thousand ranks spent most of its time writing and
 // re-reading candidates only to keep one. It prices each rank as it goes
 // and keeps the cheapest, with the same ties (smaller tree, then the
-// content-seeded draw) in the same order as the full list would have.
+// content-seeded draw) in the same order as the full list would have. It
+// returns a nil entry when no rank is included.
 func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*entry) bool, ld *loads, req Request) (*entry, int) {
 	if e, i, ok := r.cheapestWarm(g, ranks, included, ld, req); ok {
 		return e, i
 	}
 	b := best{ties: ld.ties[:0]}
-	filtered := req.filtered()
+	filtered := req.filtered() || r.down.Load() > 0
 	w := &r.cfg.Weights
 	var c cost.Candidate
 	for _, e := range ents {
@@ -91,6 +94,11 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 		}
 	}
 	ld.ties = b.ties
+	if len(b.ties) == 0 {
+		// Every rank left since the shape was taken (a worker went
+		// down meanwhile).
+		return nil, 0
+	}
 	pick := b.ties[0]
 	if len(b.ties) > 1 {
 		pick = b.ties[rand.New(rand.NewPCG(contentSeed(req, []*group{g}))).IntN(len(b.ties))]
@@ -127,7 +135,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		clear(ld.mark)
 		ld.gen = 1
 	}
-	filtered := req.filtered()
+	filtered := req.filtered() || r.down.Load() > 0
 	b := best{ties: ld.ties[:0]}
 	var c cost.Candidate
 	price := func(h tie) {

@@ -1,3 +1,5 @@
+// This file holds the Router: its workers, ranks and cache owners, and their registration.
+
 package router
 
 import (
@@ -6,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"kvrouter/internal/cost"
@@ -35,6 +38,11 @@ type Config struct {
 	DetachedOwnerTTL time.Duration
 	// MaxBlocks caps each (model, block size) index; 0 is unbounded.
 	MaxBlocks int
+	// MaxIndexBytes caps each (model, block size) index's estimated
+	// memory (index.Config.MaxBytes); 0 is unbounded.
+	MaxIndexBytes int64
+	// Health paces health probes and says when a worker is down.
+	Health HealthConfig
 }
 
 // EngineLoad is what a worker's engine reports about its own load.
@@ -86,6 +94,9 @@ type Router struct {
 
 	amu    sync.Mutex // approximate inventory; taken without mu held
 	approx map[index.Source]map[uint64]time.Time
+
+	hmu  sync.Mutex   // the entries' health records; taken after mu
+	down atomic.Int32 // workers marked down
 }
 
 type entry struct {
@@ -94,6 +105,10 @@ type entry struct {
 	gen uint64 // the sink allowed to feed the worker's sources
 	// ranks are the worker's ranks, by rank - DPStart.
 	ranks []rankRef
+	// down excludes the worker from decisions and its ranks from hint
+	// sources; read without locks by decisions. See health.go.
+	down atomic.Bool
+	h    health // guarded by Router.hmu
 }
 
 // rankRef is what a decision needs of a rank beyond its worker, laid out
@@ -134,7 +149,7 @@ func New(cfg Config) (*Router, error) {
 	return &Router{
 		cfg:      cfg,
 		picker:   &cost.Picker{Routing: cfg.Routing, Temperature: cfg.Temperature},
-		set:      index.NewSet(cfg.MaxBlocks),
+		set:      index.NewSet(cfg.MaxBlocks, cfg.MaxIndexBytes),
 		load:     cost.NewLoad(),
 		workers:  map[string]*entry{},
 		models:   map[string][]*entry{},
@@ -185,6 +200,10 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 		r.workers[w.ID] = e
 	} else {
 		loras = e.w.LoRAs
+		if old.w.URL != w.URL {
+			// What was found about the old address says nothing of the new.
+			r.resetHealth(e)
+		}
 	}
 	if err := r.apply(e, w, old != nil, now); err != nil {
 		// A registration the router cannot take in full is not taken at
@@ -291,6 +310,9 @@ func (r *Router) removeLocked(id string, now time.Time) {
 	}
 	r.unlinkOwners(e)
 	delete(r.workers, id)
+	if e.down.Swap(false) {
+		r.down.Add(-1)
+	}
 	r.unlink()
 	r.load.Forget(id)
 	r.indexModels()
@@ -345,6 +367,24 @@ func (r *Router) SetEngineLoad(worker string, rank int, l EngineLoad) {
 	}
 }
 
+// ClearEngineLoad forgets what worker's engine reported about its load: its
+// figures cannot be read any more, and old ones would stand for a load it
+// no longer has.
+func (r *Router) ClearEngineLoad(worker string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.workers[worker]; e != nil {
+		r.forgetEngine(e)
+	}
+}
+
+// forgetEngine drops e's engine-reported loads. Callers hold mu for writing.
+func (r *Router) forgetEngine(e *entry) {
+	for rank := e.w.DPStart; rank < e.w.DPStart+e.w.DPSize; rank++ {
+		delete(r.engine, cost.Rank{Worker: e.w.ID, DP: rank})
+	}
+}
+
 // Worker returns a registered worker.
 func (r *Router) Worker(id string) (Worker, bool) {
 	r.mu.RLock()
@@ -391,6 +431,17 @@ func (r *Router) WorkersOfOrigin(o Origin) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// CheckModel returns a *ModelError when no worker serves model: a request
+// for it can be refused before any work is spent on it.
+func (r *Router) CheckModel(model string) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if _, _, _, ok := r.resolve(model, ""); ok { // a model, or an adapter (Resolve)
+		return nil
+	}
+	return &ModelError{Model: model, Served: r.servedLocked()}
 }
 
 // Models returns the served models, sorted.

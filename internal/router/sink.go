@@ -1,3 +1,5 @@
+// This file holds Sink: one worker's event stream fed into the router's inventory.
+
 package router
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the router's views for /debug/workers and its counts for metrics.
+
 package router
 
 import (
@@ -16,10 +18,12 @@ type Blocks [index.NumTiers]int
 type RankView struct {
 	Rank     int
 	Endpoint string
-	Ready    bool
-	Blocks   Blocks
-	Load     cost.RankLoad
-	Engine   *EngineLoad
+	// Ready says the rank may name a hint source: its stream is in step
+	// and the worker is not down.
+	Ready  bool
+	Blocks Blocks
+	Load   cost.RankLoad
+	Engine *EngineLoad
 }
 
 // OwnerView is one cache owner.
@@ -37,6 +41,7 @@ type OwnerView struct {
 type WorkerView struct {
 	Worker
 	Trusted bool // its registration is backed by a live discovery watch
+	Health  Health
 	Ranks   []RankView
 	Owners  []OwnerView
 }
@@ -44,6 +49,7 @@ type WorkerView struct {
 // Stats sum up the router's state for metrics.
 type Stats struct {
 	WorkersByMode  map[Mode]int
+	WorkersDown    int // of those, marked down
 	Sources        int
 	NotReady       int // sources that may not name a hint source now
 	DetachedOwners int
@@ -59,10 +65,10 @@ func (r *Router) View() ([]WorkerView, []OwnerView) {
 	ws := make([]WorkerView, 0, len(r.workers))
 	for _, e := range r.workers {
 		w := e.w
-		v := WorkerView{Worker: w, Trusted: r.trusted(w.Origin)}
+		v := WorkerView{Worker: w, Trusted: r.trusted(w.Origin), Health: r.healthOf(e)}
 		for rank := w.DPStart; rank < w.DPStart+w.DPSize; rank++ {
 			src := index.WorkerRank(w.ID, rank)
-			rv := RankView{Rank: rank, Endpoint: w.Capability.Endpoints[rank], Ready: r.ready[src],
+			rv := RankView{Rank: rank, Endpoint: w.Capability.Endpoints[rank], Ready: r.ready[src] && !v.Health.Down,
 				Blocks: r.sizes[src], Load: r.load.Of(cost.Rank{Worker: w.ID, DP: rank})}
 			if el, ok := r.engine[cost.Rank{Worker: w.ID, DP: rank}]; ok {
 				rv.Engine = &el
@@ -101,6 +107,9 @@ func (r *Router) Stats() Stats {
 	st := Stats{WorkersByMode: map[Mode]int{ModeEvents: 0, ModeApproximate: 0}, DiscoveryLive: r.live}
 	for _, e := range r.workers {
 		st.WorkersByMode[e.w.Mode]++
+		if e.down.Load() {
+			st.WorkersDown++
+		}
 	}
 	for src, ready := range r.ready {
 		st.Sources++
@@ -119,6 +128,7 @@ func (r *Router) Stats() Stats {
 				st.Sources--
 				continue
 			}
+			ready = ready && !e.down.Load()
 		}
 		if !ready || !r.trusted(origin) {
 			st.NotReady++

@@ -1,3 +1,5 @@
+// This file holds the peer handshake's MAC and nonces, and the parsing of a hint's source endpoint.
+
 package runner
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Claim: one block pinned for a reader until Release.
+
 package runner
 
 import (

@@ -79,10 +79,11 @@ func rawFetch(t *testing.T, endpoint string, keys []uint64) *net.TCPConn {
 
 // TestServerFetchDeadline: a peer that stops reading, or reads just fast
 // enough that no single block's send outlives IOTimeout, is cut off at
-// FetchTimeout: its connection fails before the answer is complete, the
-// block being sent is unpinned (the pool can free every slot again) and
-// the expiry is counted. IOTimeout is a minute here, so without the fetch
-// deadline the server would hold its pin well past waitFor's bound.
+// FetchTimeout; one that stalls mid-block is cut off at IOTimeout. Either
+// way its connection fails before the answer is complete, the block being
+// sent is unpinned (the pool can free every slot again) and the expiry is
+// counted. The other bound is a minute, so without the one under test the
+// server would hold its pin well past waitFor's bound.
 func TestServerFetchDeadline(t *testing.T) {
 	const (
 		blockBytes = 256 << 10
@@ -96,8 +97,15 @@ func TestServerFetchDeadline(t *testing.T) {
 		// read drains c as the peer does; nil reads nothing until the
 		// server has given up.
 		read func(c net.Conn) int64
+		// ioTimeout bounds one block's send; 0 is a minute, so that the
+		// 200 ms fetch deadline is what cuts the fetch off.
+		ioTimeout time.Duration
 	}{
-		{"stops reading", nil},
+		{"stops reading", nil, 0},
+		// The first block fills the small socket buffers and the send
+		// blocks mid-block: IOTimeout cuts it off long before the fetch
+		// deadline, and that is an expiry too.
+		{"stalls mid-block", nil, 100 * time.Millisecond},
 		{"reads slowly", func(c net.Conn) int64 {
 			// 16 KiB every 10 ms: the 2 MiB answer takes at least 1.28 s
 			// of sleeps alone, many times the 200 ms deadline, yet every
@@ -114,7 +122,7 @@ func TestServerFetchDeadline(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			return n
-		}},
+		}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,11 +134,15 @@ func TestServerFetchDeadline(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			fetchTimeout, ioTimeout := 200*time.Millisecond, time.Minute
+			if tt.ioTimeout > 0 {
+				fetchTimeout, ioTimeout = time.Minute, tt.ioTimeout
+			}
 			src := serve(t, r, TCPConfig{
 				BlockBytes:   blockBytes,
 				SocketBuffer: 16 << 10,
-				IOTimeout:    time.Minute,
-				FetchTimeout: 200 * time.Millisecond,
+				IOTimeout:    ioTimeout,
+				FetchTimeout: fetchTimeout,
 				Logger:       slog.New(slog.DiscardHandler), // the expiry's warning is expected
 			})
 			c := rawFetch(t, src.endpoint, keys)

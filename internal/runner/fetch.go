@@ -1,3 +1,5 @@
+// This file holds Fetch: a hint's missing blocks pulled from a peer over a Transport.
+
 package runner
 
 import (
@@ -247,6 +249,8 @@ type fetchOp struct {
 	err      error
 	abandon  *time.Timer
 }
+
+var _ Receiver = (*fetchOp)(nil)
 
 // unpinLocked drops the pins of the blocks op committed, which kept them
 // for its Fetch.

@@ -1,3 +1,5 @@
+// This file holds the hints a runner keeps per request: which peer holds which blocks.
+
 package runner
 
 import "fmt"

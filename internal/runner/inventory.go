@@ -1,3 +1,5 @@
+// This file holds Inventory, one change to what a runner holds, and the Sink that receives it.
+
 package runner
 
 import "kvrouter/internal/kvevents"
@@ -31,6 +33,8 @@ type Sink interface {
 
 // SinkFunc adapts a function to Sink.
 type SinkFunc func(Inventory)
+
+var _ Sink = SinkFunc(nil)
 
 // Inventory calls f.
 func (f SinkFunc) Inventory(ev Inventory) { f(ev) }

@@ -1,3 +1,5 @@
+// This file holds the eviction policies of a pool's slots: LRU and FIFO.
+
 package runner
 
 // Policy orders a pool's committed slots for eviction. The pool tells it when
@@ -31,6 +33,8 @@ func NewFIFO(slots int) Policy { return &fifo{list: newSlotList(slots)} }
 
 type lru struct{ list slotList }
 
+var _ Policy = (*lru)(nil)
+
 func (p *lru) Insert(slot int) { p.list.pushBack(slot) }
 func (p *lru) Touch(slot int) {
 	p.list.remove(slot)
@@ -41,6 +45,8 @@ func (p *lru) First() int        { return p.list.head }
 func (p *lru) Next(slot int) int { return p.list.next[slot] }
 
 type fifo struct{ list slotList }
+
+var _ Policy = (*fifo)(nil)
 
 func (p *fifo) Insert(slot int)   { p.list.pushBack(slot) }
 func (p *fifo) Touch(int)         {}

@@ -1,3 +1,5 @@
+// This file holds Pool, the pure core: preallocated block slots indexed by key.
+
 package runner
 
 import (

@@ -18,7 +18,7 @@ import (
 	"kvrouter/internal/kvevents"
 )
 
-// Defaults from SPEC 6 (operation_timeout_ms, abandon_timeout_ms).
+// Defaults from docs/wire.md §7.2 (operation_timeout_ms, abandon_timeout_ms).
 const (
 	DefaultOperationTimeout = 1000 * time.Millisecond
 	DefaultAbandonTimeout   = 5000 * time.Millisecond
@@ -116,9 +116,10 @@ type Stats struct {
 	FetchMisses    uint64 `json:"fetch_misses"` // requested keys not made local
 	Abandoned      uint64 `json:"abandoned"`
 	InventoryEvent uint64 `json:"inventory_events"`
-	// ServeExpired counts peers' FETCHes this runner's Server cut off at
-	// TCPConfig.FetchTimeout (a slow or stalled reader; its connection
-	// was reset and its pin dropped).
+	// ServeExpired counts peers' FETCHes this runner's Server cut off: a
+	// send outlived TCPConfig.IOTimeout (a reader stalled, often mid-block)
+	// or the FETCH outlived TCPConfig.FetchTimeout (a reader too slow). The
+	// connection was reset and the pin dropped.
 	ServeExpired uint64 `json:"serve_expired"`
 }
 

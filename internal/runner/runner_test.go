@@ -139,7 +139,29 @@ func TestHintRules(t *testing.T) {
 			}
 		})
 	}
-	r := newTestRunner(t, Config{Capacity: 1, MaxHints: 1})
+	// A conflict drops one request's hint only, and DiscardHint forgets
+	// it: the request's next hint, from any source, counts again.
+	r := newTestRunner(t, Config{Capacity: 1})
+	steps := []struct {
+		req, source string
+		want        error
+	}{{"a", "tcp://a:1", nil}, {"b", "tcp://a:1", nil}, {"b", "tcp://b:1", ErrHintConflict}}
+	for _, s := range steps {
+		if err := r.SubmitHint(s.req, Hint{Source: s.source, Keys: []uint64{1}}); !errors.Is(err, s.want) || (err == nil) != (s.want == nil) {
+			t.Fatalf("hint for %s from %s: %v, want %v", s.req, s.source, err, s.want)
+		}
+	}
+	if a, b := states(r.Query([]uint64{1}, "a")), states(r.Query([]uint64{1}, "b")); a[0] != Fetchable || b[0] != Miss {
+		t.Fatalf("after b's conflict: a reads %v, b reads %v; want Fetchable, Miss", a[0], b[0])
+	}
+	r.DiscardHint("b")
+	if err := r.SubmitHint("b", Hint{Source: "tcp://b:1", Keys: []uint64{1}}); err != nil {
+		t.Fatalf("hint after DiscardHint: %v", err)
+	}
+	if b := states(r.Query([]uint64{1}, "b")); b[0] != Fetchable {
+		t.Fatalf("after DiscardHint and a new hint, b reads %v", b[0])
+	}
+	r = newTestRunner(t, Config{Capacity: 1, MaxHints: 1})
 	if err := r.SubmitHint("a", Hint{Source: "tcp://a:1", Keys: []uint64{1}}); err != nil {
 		t.Fatal(err)
 	}

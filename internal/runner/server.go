@@ -1,3 +1,5 @@
+// This file holds Server: peers' FETCHes answered from a runner's pool over TCP.
+
 package runner
 
 import (
@@ -19,16 +21,45 @@ import (
 // cannot tear it mid-send; keys no longer held are answered MISSING. A
 // connection holds at most one pin at a time, and a FETCH holds pins only
 // until its FetchTimeout.
+//
+// Slots are bounded in all (MaxConns) and per client address
+// (MaxConnsPerClient); a connection must finish its handshake within
+// HandshakeTimeout and, once authenticated, send a FETCH within each
+// IdleTimeout. Refusals are counted (Stats) and logged at most once per
+// refusalLogEvery.
 type Server struct {
 	r   *Runner
 	cfg TCPConfig
 	log *slog.Logger
+	now func() time.Time // for the log rate limits
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
+	conns     map[net.Conn]string // → client key
+	adm       *admission
 	closed    bool
+	stats     ServerStats
+	refuseLog logLimiter
+	expireLog logLimiter
 	wg        sync.WaitGroup
+}
+
+// refusalLogEvery spaces the warnings about refused connections and cut
+// fetches: a flood of either costs one line per interval, with a count.
+const refusalLogEvery = 10 * time.Second
+
+// ServerStats are a Server's connection counters.
+type ServerStats struct {
+	// Conns is the number of connections open now.
+	Conns int `json:"conns"`
+	// RefusedFull counts connections refused because MaxConns were open.
+	RefusedFull uint64 `json:"refused_full"`
+	// RefusedClient counts connections refused because their client had
+	// MaxConnsPerClient open.
+	RefusedClient uint64 `json:"refused_client"`
+	// HandshakeTimeouts counts connections closed for not finishing the
+	// handshake within HandshakeTimeout (strangers that connect and idle).
+	HandshakeTimeouts uint64 `json:"handshake_timeouts"`
 }
 
 // NewServer serves r's blocks; cfg.BlockBytes must match r's.
@@ -44,8 +75,12 @@ func NewServer(r *Runner, cfg TCPConfig) (*Server, error) {
 		r:         r,
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "runner-server"),
+		now:       time.Now,
 		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[net.Conn]struct{}),
+		conns:     make(map[net.Conn]string),
+		adm:       newAdmission(cfg.MaxConns, cfg.MaxConnsPerClient),
+		refuseLog: logLimiter{every: refusalLogEvery},
+		expireLog: logLimiter{every: refusalLogEvery},
 	}, nil
 }
 
@@ -85,17 +120,63 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
+		client := clientKey(conn.RemoteAddr())
 		s.mu.Lock()
-		if s.closed || len(s.conns) >= s.cfg.MaxConns {
+		if s.closed {
 			s.mu.Unlock()
 			conn.Close()
 			continue
 		}
-		s.conns[conn] = struct{}{}
+		if why := s.adm.admit(client); why != refuseNone {
+			s.refuse(conn, client, why)
+			continue
+		}
+		s.conns[conn] = client
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(conn)
+		go s.serveConn(conn, client)
 	}
+}
+
+// refuseWriteTimeout bounds the ERROR frame sent to a refused connection.
+// A fresh socket's send buffer takes it at once; the bound only keeps the
+// accept loop from ever waiting on a stranger.
+const refuseWriteTimeout = 10 * time.Millisecond
+
+// refuse counts and closes a connection admission refused, telling the
+// client why (best effort: it may not read it before the close). It is
+// called with s.mu held and releases it.
+func (s *Server) refuse(conn net.Conn, client string, why refusal) {
+	var text string
+	switch why {
+	case refuseClient:
+		s.stats.RefusedClient++
+		text = fmt.Sprintf("server busy: %d connections open from your address, its most (MaxConnsPerClient)", s.cfg.MaxConnsPerClient)
+	default:
+		s.stats.RefusedFull++
+		text = fmt.Sprintf("server busy: %d connections open, its most (MaxConns)", s.cfg.MaxConns)
+	}
+	suppressed, logIt := s.refuseLog.allow(s.now())
+	open, fromClient := s.adm.total, s.adm.byClient[client]
+	s.mu.Unlock()
+	conn.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
+	conn.Write(appendError(nil, codeBusy, text))
+	conn.Close()
+	if logIt {
+		s.log.Warn("runner peer port refusing connections; hinted pulls from refused peers fail",
+			"reason", why.String(), "client", client, "open", open, "open_from_client", fromClient,
+			"max_conns", s.cfg.MaxConns, "max_conns_per_client", s.cfg.MaxConnsPerClient,
+			"refusals_not_logged", suppressed)
+	}
+}
+
+// Stats returns the server's connection counters.
+func (s *Server) Stats() ServerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Conns = len(s.conns)
+	return st
 }
 
 // Close stops accepting, closes every connection, and returns once every
@@ -126,17 +207,23 @@ type session struct {
 	blockSz int
 }
 
-func (s *Server) serveConn(conn net.Conn) {
+func (s *Server) serveConn(conn net.Conn, client string) {
 	defer s.wg.Done()
 	defer func() {
 		conn.Close()
 		s.mu.Lock()
 		delete(s.conns, conn)
+		s.adm.release(client)
 		s.mu.Unlock()
 	}()
 	tuneConn(conn, s.cfg.SocketBuffer)
 	ss := &session{conn: conn, limits: serverLimits(s.cfg.MaxKeysPerFetch), blockSz: s.cfg.BlockBytes}
 	if err := s.handshake(ss); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.mu.Lock()
+			s.stats.HandshakeTimeouts++
+			s.mu.Unlock()
+		}
 		s.log.Debug("peer handshake failed", "peer", conn.RemoteAddr(), "err", err)
 		return
 	}
@@ -174,8 +261,9 @@ func (ss *session) readFrame() (header, error) {
 	return h, nil
 }
 
+// handshake runs the handshake, all of it within HandshakeTimeout of now.
 func (s *Server) handshake(ss *session) error {
-	ss.conn.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
+	ss.conn.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	h, err := ss.readFrame()
 	if err != nil {
 		return err
@@ -234,7 +322,7 @@ func (s *Server) serveFetch(ss *session) error {
 		now := time.Now()
 		if !now.Before(deadline) {
 			// Checked before pinning: nothing is pinned past the deadline.
-			return s.expire(ss, i)
+			return s.expire(ss, i, "fetch_timeout", s.cfg.FetchTimeout)
 		}
 		slot, sum, known, ok := s.r.acquire(k)
 		if !ok {
@@ -259,37 +347,45 @@ func (s *Server) serveFetch(ss *session) error {
 }
 
 // sendWithin sends data by IOTimeout from now, but never past the FETCH's
-// deadline; a send the FETCH's deadline cuts off expires the FETCH after
-// answered of its keys.
+// deadline. A send either bound cuts off expires the FETCH after answered
+// of its keys: the peer stopped reading, or reads too slowly.
 func (s *Server) sendWithin(ss *session, data []byte, now, fetchDeadline time.Time, answered int) error {
-	dl, last := now.Add(s.cfg.IOTimeout), false
+	dl, bound, timeout := now.Add(s.cfg.IOTimeout), "io_timeout", s.cfg.IOTimeout
 	if fetchDeadline.Before(dl) {
-		dl, last = fetchDeadline, true
+		dl, bound, timeout = fetchDeadline, "fetch_timeout", s.cfg.FetchTimeout
 	}
 	err := ss.send(data, dl)
-	if err != nil && last && errors.Is(err, os.ErrDeadlineExceeded) {
-		return s.expire(ss, answered)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return s.expire(ss, answered, bound, timeout)
 	}
 	return err
 }
 
-// errFetchExpired ends a connection whose FETCH outlived FetchTimeout.
+// errFetchExpired ends a connection whose FETCH outlived FetchTimeout, or
+// one of whose sends outlived IOTimeout.
 var errFetchExpired = errors.New("fetch deadline exceeded")
 
-// expire counts a FETCH cut off at its deadline after answered of its keys
-// and makes its connection reset when serveConn closes it. A reset, not a
-// FIN: the peer may be mid-block, and the wire has no way to end a block
-// early, so it must see a failed stream (its reads fail; a truncated block
-// never passes its checksum), and the kernel drops the unsent bytes at
-// once instead of holding them for a peer that does not read.
-func (s *Server) expire(ss *session, answered int) error {
+// expire counts a FETCH cut off by bound (timeout long) after answered of
+// its keys and makes its connection reset when serveConn closes it. A
+// reset, not a FIN: the peer may be mid-block, and the wire has no way to
+// end a block early, so it must see a failed stream (its reads fail; a
+// truncated block never passes its checksum), and the kernel drops the
+// unsent bytes at once instead of holding them for a peer that does not
+// read.
+func (s *Server) expire(ss *session, answered int, bound string, timeout time.Duration) error {
 	s.r.countServeExpired()
 	if tc, ok := ss.conn.(*net.TCPConn); ok {
 		tc.SetLinger(0)
 	}
-	s.log.Warn("peer fetch exceeded the server's fetch timeout; connection reset",
-		"peer", ss.conn.RemoteAddr(), "answered", answered, "keys", len(ss.keys), "fetch_timeout", s.cfg.FetchTimeout)
-	return fmt.Errorf("%w: %d of %d keys answered within %v", errFetchExpired, answered, len(ss.keys), s.cfg.FetchTimeout)
+	s.mu.Lock()
+	suppressed, logIt := s.expireLog.allow(s.now())
+	s.mu.Unlock()
+	if logIt {
+		s.log.Warn("peer stopped reading a fetch's answer in time; connection reset",
+			"peer", ss.conn.RemoteAddr(), "answered", answered, "keys", len(ss.keys), "bound", bound, "timeout", timeout,
+			"expiries_not_logged", suppressed)
+	}
+	return fmt.Errorf("%w: %d of %d keys answered, a send outlived %s %v", errFetchExpired, answered, len(ss.keys), bound, timeout)
 }
 
 // send writes the pending small frames and data in one writev, by dl.

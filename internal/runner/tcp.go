@@ -1,3 +1,5 @@
+// This file holds TCPTransport: pulls from peers' Servers over pooled, verified TCP connections.
+
 package runner
 
 import (
@@ -23,8 +25,27 @@ const (
 	DefaultMaxIdlePerPeer  = 2
 	DefaultDialTimeout     = 1000 * time.Millisecond
 	DefaultIOTimeout       = 5000 * time.Millisecond
-	DefaultIdleTimeout     = 2 * time.Minute
 	DefaultMaxConns        = 256
+
+	// DefaultHandshakeTimeout is DefaultDialTimeout: a client that has not
+	// finished the handshake by then has given up on it itself, so the
+	// slot serves nobody. It is what a stranger that connects and sends
+	// nothing holds a slot for.
+	DefaultHandshakeTimeout = DefaultDialTimeout
+	// DefaultIdleTimeout is how long an authenticated connection may wait
+	// for its next FETCH. Clients keep a couple of idle connections per
+	// peer only to skip a dial and handshake (one round trip and two
+	// HMACs, well under a millisecond in a data centre) on the next pull;
+	// 30 s still reuses them across a steady stream of hinted requests,
+	// while a peer gone quiet, or a member that opens connections and
+	// leaves them, gives its slots back in seconds rather than minutes. A
+	// client whose idle connection was closed redials once, transparently.
+	DefaultIdleTimeout = 30 * time.Second
+	// defaultClientShare: MaxConnsPerClient defaults to MaxConns divided
+	// by this (64 of 256), so no one address can hold every slot, while a
+	// host's runners (two idle connections each to a peer, plus the pulls
+	// in flight) have room to spare.
+	defaultClientShare = 4
 
 	// slowLinkBytesPerSec is the rate FetchTimeout's default allows a FETCH
 	// of the most keys: 1 Gbit/s, below any data-center link runners pull
@@ -51,9 +72,18 @@ type TCPConfig struct {
 	DialTimeout    time.Duration // connect + handshake bound (default 1 s), within the fetch deadline
 	// Server side.
 	MaxKeysPerFetch int           // most keys one FETCH frame may name (default 4096)
-	IOTimeout       time.Duration // handshake and per-block write bound (default 5 s): caps how long a stalled reader pins one block
-	IdleTimeout     time.Duration // an idle connection is closed after this (default 2 min)
-	MaxConns        int           // connections served at once (default 256)
+	IOTimeout       time.Duration // per-block write bound (default 5 s): caps how long a stalled reader pins one block
+	// HandshakeTimeout bounds the handshake from accept to READY (default
+	// DefaultHandshakeTimeout, 1 s): a connection that sends nothing is
+	// closed then.
+	HandshakeTimeout time.Duration
+	IdleTimeout      time.Duration // an authenticated connection waiting this long for a FETCH is closed (default 30 s)
+	MaxConns         int           // connections served at once (default 256)
+	// MaxConnsPerClient bounds the connections from one client address
+	// (an IPv4 address or an IPv6 /64) open at once (default MaxConns/4),
+	// so that one client cannot hold every slot. Connections over either
+	// limit get an ERROR frame (ErrPeerBusy) and are closed.
+	MaxConnsPerClient int
 	// FetchTimeout bounds one FETCH as a whole, from when it is read to its
 	// END. IOTimeout bounds each block alone, so a peer reading just fast
 	// enough (a block per IOTimeout) could keep a block pinned for as long
@@ -84,11 +114,17 @@ func (c TCPConfig) withDefaults() (TCPConfig, error) {
 	if c.IOTimeout <= 0 {
 		c.IOTimeout = DefaultIOTimeout
 	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConnsPerClient <= 0 {
+		c.MaxConnsPerClient = max(1, c.MaxConns/defaultClientShare)
 	}
 	switch {
 	case c.FetchTimeout < 0:

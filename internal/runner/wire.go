@@ -1,3 +1,5 @@
+// This file holds the peer protocol's frames: headers, FETCH, handshake, BLOCK, MISSING, ERROR.
+
 package runner
 
 import (
@@ -58,6 +60,7 @@ const (
 	codeAuth     = 1
 	codeProtocol = 2
 	codeTooLarge = 3
+	codeBusy     = 4
 )
 
 // Wire errors.
@@ -71,6 +74,9 @@ var (
 	ErrChecksum = errors.New("block checksum mismatch")
 	// ErrAuth: the peers do not share the secret.
 	ErrAuth = errors.New("peer authentication failed")
+	// ErrPeerBusy: the peer refused the connection, having as many open as
+	// it serves in all or from this client.
+	ErrPeerBusy = errors.New("peer refused the connection: too many connections")
 )
 
 type header struct {
@@ -254,6 +260,8 @@ func (e *PeerError) Unwrap() error {
 		return ErrAuth
 	case codeTooLarge:
 		return ErrFrameTooLarge
+	case codeBusy:
+		return ErrPeerBusy
 	}
 	return ErrProtocol
 }

@@ -46,7 +46,7 @@ func TestLongestPrefixAndHint(t *testing.T) {
 		t.Fatalf("status %d worker %q: %s", status, hdr.Get(headerWorker), resp)
 	}
 	got := ea.last()
-	raw, p, found, err := hints.Extract(got.Body)
+	raw, p, found, err := hints.Extract(got.Body, hints.PlaceSGLang, hints.PlaceSGLangOld)
 	if err != nil || !found || p != hints.PlaceSGLang {
 		t.Fatalf("hint in forwarded body: found %v placement %v err %v: %s", found, p, err, got.Body)
 	}

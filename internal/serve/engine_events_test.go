@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"kvrouter/internal/direct"
+	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 )
@@ -17,11 +18,11 @@ import (
 type fakeEngine struct {
 	t     testing.TB
 	pub   *kvstream.Publisher
-	enc   kvevents.Encoder
+	enc   kvencode.Encoder
 	topic string
 }
 
-func newPublisher(t testing.TB, cfg kvstream.PublisherConfig, f kvevents.Format, topic string) *fakeEngine {
+func newPublisher(t testing.TB, cfg kvstream.PublisherConfig, f kvencode.Format, topic string) *fakeEngine {
 	t.Helper()
 	cfg.Logger = quiet()
 	p, err := kvstream.NewPublisher(cfg)
@@ -29,7 +30,7 @@ func newPublisher(t testing.TB, cfg kvstream.PublisherConfig, f kvevents.Format,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return &fakeEngine{t: t, pub: p, enc: kvevents.Encoder{Format: f}, topic: topic}
+	return &fakeEngine{t: t, pub: p, enc: kvencode.Encoder{Format: f}, topic: topic}
 }
 
 func (f *fakeEngine) send(rank int, evs ...kvevents.Event) {
@@ -78,7 +79,7 @@ func twoPorts(t testing.TB) int {
 // router dials DP rank r on the base port + r, follows stores, removals and
 // runner-owned blocks, in SGLang's map form and vLLM's array form.
 func TestEngineEventsConnect(t *testing.T) {
-	for _, f := range []kvevents.Format{kvevents.SGLangMap, kvevents.VLLMArray} {
+	for _, f := range []kvencode.Format{kvencode.SGLangMap, kvencode.VLLMArray} {
 		t.Run(f.String(), func(t *testing.T) {
 			h := newHarness(t)
 			e := newEngine(t, testModel)
@@ -108,7 +109,7 @@ func TestEngineEventsConnect(t *testing.T) {
 			ranks[1].send(1, removed(engineHashes(toks[:3*testBS], "")[1:]))
 			eventually(t, "the removal", func() bool { return g.route(t, body).OverlapBlocks == 1 })
 
-			if f == kvevents.SGLangMap {
+			if f == kvencode.SGLangMap {
 				// SGLang's KVCR linker reports the runner's blocks as
 				// EXTERNAL: the rank's own runner extends its overlap.
 				eventually(t, "rank 0's runner-owned blocks", func() bool {
@@ -148,8 +149,8 @@ func TestEngineEventsBind(t *testing.T) {
 	if w, _ := g.Router.Worker(e.hostPort()); w.Mode.String() != "approximate" {
 		t.Fatalf("mode before events: %v", w.Mode)
 	}
-	eng := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvevents.VLLMMap, "kv@"+e.hostPort()+"@"+testModel)
-	stranger := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvevents.VLLMMap, "kv@10.9.9.9:80@"+testModel)
+	eng := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvencode.VLLMMap, "kv@"+e.hostPort()+"@"+testModel)
+	stranger := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvencode.VLLMMap, "kv@10.9.9.9:80@"+testModel)
 	toks := prompt(3000, 4)
 	body := completionBody(toks, "")
 	eventually(t, "events over --events-bind", func() bool {

@@ -135,7 +135,11 @@ type received struct {
 type engine struct {
 	t     testing.TB
 	srv   *httptest.Server
+	mux   *http.ServeMux
 	model string
+	// delay is how long an answer takes: a non-streamed one before it
+	// starts, a stream between its first event and the rest.
+	delay time.Duration
 
 	mu       sync.Mutex
 	got      []received
@@ -152,6 +156,7 @@ func newEngine(t testing.TB, model string) *engine {
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, e.model)
 	})
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("POST /v1/completions", e.complete)
 	mux.HandleFunc("POST /v1/chat/completions", e.complete)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
@@ -159,9 +164,42 @@ func newEngine(t testing.TB, model string) *engine {
 		defer e.mu.Unlock()
 		io.WriteString(w, e.metrics)
 	})
+	e.mux = mux
 	e.srv = httptest.NewServer(mux)
-	t.Cleanup(e.srv.Close)
+	t.Cleanup(func() { e.srv.Close() })
 	return e
+}
+
+// kill stops the engine as kill -9 would: its port refuses connections and
+// the connections it had break.
+func (e *engine) kill() {
+	e.srv.Listener.Close()
+	e.srv.CloseClientConnections()
+}
+
+// restart serves again on the address the engine had.
+func (e *engine) restart() {
+	e.t.Helper()
+	ln, err := net.Listen("tcp", e.hostPort())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.srv.Close()
+	e.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: e.mux}}
+	e.srv.Start()
+}
+
+// wait sleeps for the engine's delay, or until the request is canceled.
+func (e *engine) wait(r *http.Request) bool {
+	e.mu.Lock()
+	d := e.delay
+	e.mu.Unlock()
+	select {
+	case <-time.After(d):
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }
 
 func (e *engine) url() string { return e.srv.URL }
@@ -198,6 +236,9 @@ func (e *engine) complete(w http.ResponseWriter, r *http.Request) {
 	json.Unmarshal(body, &req)
 	usage := fmt.Sprintf(`{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":%d},"kvrouter":{"peer_restored_tokens":%d}}`, cached, peer)
 	if !req.Stream {
+		if !e.wait(r) {
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"ok"}],"usage":%s,"echo":{"worker":%q}}`,
 			usage, e.hostPort())
@@ -214,6 +255,9 @@ func (e *engine) complete(w http.ResponseWriter, r *http.Request) {
 			e.canceled <- struct{}{}
 			return
 		}
+	}
+	if !e.wait(r) {
+		return
 	}
 	fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\"b\"}]}\n\n")
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
@@ -250,6 +294,9 @@ func (h *harness) service(edit func(*Options)) *Service {
 	o.HintPolicy = policyMinBlocks
 	o.Tokenizer = frontdoor.TokenizerDemo // the simulated engines'
 	o.Tick, o.SizeEvery, o.PeerEvery = 5*time.Millisecond, time.Hour, 20*time.Millisecond
+	// On the frozen clock a probe schedule would not move anyway; tests
+	// of health set their own.
+	o.HealthInterval = 0
 	if edit != nil {
 		edit(&o)
 	}

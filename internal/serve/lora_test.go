@@ -28,7 +28,7 @@ func TestLoRAFindsItsBlocks(t *testing.T) {
 		t.Run(tc.adapt, func(t *testing.T) {
 			var specs []direct.WorkerSpec
 			for range 3 {
-				m := startMocker(t, func(c *mocker.Config) { c.Flavor, c.LoRAs = tc.flavor, []string{"chat", "sql"} })
+				m := startSimEngine(t, func(c *mocker.Config) { c.Flavor, c.LoRAs = tc.flavor, []string{"chat", "sql"} })
 				s, err := direct.ParseWorkerSpec("url=" + m.URL() + ",events=" + m.EventEndpoint(0) + ",engine=" + tc.engine)
 				if err != nil {
 					t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"kvrouter/internal/cost"
 	"kvrouter/internal/direct"
 	"kvrouter/internal/discovery"
+	"kvrouter/internal/enginehealth"
 	"kvrouter/internal/enginemetrics"
 	"kvrouter/internal/follow"
 	"kvrouter/internal/frontdoor"
@@ -90,10 +91,22 @@ type Options struct {
 	EngineMetricsInterval time.Duration
 	AllowTargetOverride   bool
 	MaxBlocks             int
+	// MaxIndexBytes caps each index's estimated memory; 0 is unbounded.
+	// The command's --index-memory derives it from the machine.
+	MaxIndexBytes int64
 	// UpstreamIdleTimeout is how long a keep-alive connection to an engine
 	// may sit idle and still be reused: below the engine's own keep-alive
 	// (uvicorn's 5 s) or that of any proxy in front of it.
 	UpstreamIdleTimeout time.Duration
+	// HealthInterval is how often each worker's GET /health is probed; 0
+	// probes only workers marked down (a refused connection marks one).
+	// HealthTimeout bounds a probe; HealthDownAfter failed probes in a row
+	// mark a worker down.
+	HealthInterval, HealthTimeout time.Duration
+	HealthDownAfter               int
+	// RetryReset sends a request whose connection to a worker broke before
+	// any byte of the answer to another worker, once.
+	RetryReset bool
 
 	// Replica names this router on the load subject (default random).
 	Replica string
@@ -123,6 +136,7 @@ func Defaults() Options {
 		HintPolicy: policyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
+		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 	}
 }
@@ -174,6 +188,15 @@ func (o *Options) check() error {
 	}
 	if o.DetachedOwnerTTL < 0 {
 		return fmt.Errorf("%w: --detached-owner-ttl %v must not be negative", errOptions, o.DetachedOwnerTTL)
+	}
+	if o.HealthInterval < 0 {
+		return fmt.Errorf("%w: --health-interval %v must not be negative", errOptions, o.HealthInterval)
+	}
+	if o.HealthTimeout <= 0 {
+		return fmt.Errorf("%w: --health-timeout %v must be positive", errOptions, o.HealthTimeout)
+	}
+	if o.HealthDownAfter < 1 {
+		return fmt.Errorf("%w: --health-down-after %d must be at least 1", errOptions, o.HealthDownAfter)
 	}
 	if o.EngineMetricsInterval < 0 {
 		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", errOptions, o.EngineMetricsInterval)
@@ -273,7 +296,8 @@ type Service struct {
 
 // Start brings a router service up: the routing decision core, NATS
 // (embedded unless --nats), discovery and relay followers, the --worker
-// fleet, engine metrics, load sharing, and the HTTP listener.
+// fleet, health probes, engine metrics, load sharing, and the HTTP
+// listener.
 func Start(ctx context.Context, o Options) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -299,7 +323,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	}
 	r, err := router.New(router.Config{Weights: o.Weights, Temperature: o.Temperature, Policy: policy,
 		Routing: routing, NoHints: o.HintPolicy == policyOff,
-		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks})
+		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks,
+		MaxIndexBytes: o.MaxIndexBytes,
+		Health:        router.HealthConfig{Interval: o.HealthInterval, DownAfter: o.HealthDownAfter}})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errOptions, err)
 	}
@@ -360,7 +386,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	peers := loadshare.NewPeers(svc.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
 	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
-		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace}
+		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset}
 	mux := http.NewServeMux()
 	svc.Server.Mount(mux)
 	(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Tokenizer: o.tokenizerName(), Check: check}).Mount(mux)
@@ -384,6 +410,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			o.Log.Error("load sharing with replicas stopped", "err", err)
 		}
 	})
+	prober := &enginehealth.Prober{Router: r, Client: client, Timeout: o.HealthTimeout, Log: o.Log, Now: o.Now}
+	run(func() { prober.Run(ctx) })
 	if o.EngineMetricsInterval > 0 {
 		em := &enginemetrics.Poller{Router: r, Client: client, Interval: o.EngineMetricsInterval, Log: o.Log}
 		run(func() { em.Run(ctx) })

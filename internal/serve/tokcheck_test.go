@@ -14,8 +14,8 @@ import (
 	"kvrouter/internal/tokcheck"
 )
 
-// startMocker starts a simulated vLLM engine on loopback.
-func startMocker(t *testing.T, edit func(*mocker.Config)) *mocker.Engine {
+// startSimEngine starts a simulated vLLM engine in process, on loopback.
+func startSimEngine(t *testing.T, edit func(*mocker.Config)) *mocker.Engine {
 	t.Helper()
 	port := func() int {
 		l, err := net.Listen("tcp", ":0")
@@ -52,7 +52,7 @@ func TestTokenizerCheck(t *testing.T) {
 		{"engine", frontdoor.TokenizerEngine, "", false, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := startMocker(t, func(c *mocker.Config) { c.Tokenizer, c.ChatTemplate = tc.engineTok, "chatml" })
+			m := startSimEngine(t, func(c *mocker.Config) { c.Tokenizer, c.ChatTemplate = tc.engineTok, "chatml" })
 			ws, err := direct.ParseWorkerSpec("url=" + m.URL())
 			if err != nil {
 				t.Fatal(err)

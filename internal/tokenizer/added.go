@@ -1,3 +1,5 @@
+// This file holds the added tokens: their ids, and their Aho-Corasick matcher that cuts them out.
+
 package tokenizer
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the byte-pair-encoding model: vocabulary, merges, byte fallback, per-word encoding.
+
 package tokenizer
 
 import (

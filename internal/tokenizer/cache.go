@@ -1,3 +1,5 @@
+// This file holds the word cache: the ids of recently encoded pieces, in lock-free sets.
+
 package tokenizer
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the chat templates: the built-in formats, their detection, Go text/templates.
+
 package tokenizer
 
 import (
@@ -42,6 +44,8 @@ type ChatML struct {
 	ToolResponses bool
 }
 
+var _ Template = ChatML{}
+
 // Render implements Template.
 func (c ChatML) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
 	var b strings.Builder
@@ -76,6 +80,8 @@ func (c ChatML) Render(msgs []Message, addGenerationPrompt bool) (string, error)
 // produced.
 type Llama3 struct{}
 
+var _ Template = Llama3{}
+
 // Render implements Template.
 func (Llama3) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
 	var b strings.Builder
@@ -97,6 +103,8 @@ func (Llama3) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
 
 // Plain renders "role: content" lines, for models without a chat format.
 type Plain struct{}
+
+var _ Template = Plain{}
 
 // Render implements Template.
 func (Plain) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
@@ -195,6 +203,8 @@ func DetectTemplate(chatTemplate string) (Template, error) {
 type GoTemplate struct {
 	t *template.Template
 }
+
+var _ Template = (*GoTemplate)(nil)
 
 // NewTemplate parses a Go text/template; see GoTemplate.
 func NewTemplate(name, text string) (*GoTemplate, error) {

@@ -1,5 +1,5 @@
-// This file holds the chat request as engines hand it to a chat template:
-// the OpenAI body's messages and tools, preprocessed as vLLM does.
+// This file holds the chat request as a template gets it: messages and tools, preprocessed as vLLM does.
+
 package tokenizer
 
 import (

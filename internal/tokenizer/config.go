@@ -1,5 +1,5 @@
-// This file holds tokenizer_config.json: the special tokens, the
-// add_bos_token/add_eos_token switches and the chat templates.
+// This file holds tokenizer_config.json: special tokens, add_bos_token/add_eos_token, chat templates.
+
 package tokenizer
 
 import (

@@ -1,3 +1,5 @@
+// This file holds a chat message's content flattened to text, and a config's chat_template.
+
 package tokenizer
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the decoders of tokenizer.json: byte-level, byte fallback, metaspace and more.
+
 package tokenizer
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the errors of tokenizer files: unsupported features and invalid fields.
+
 package tokenizer
 
 import (

@@ -1,5 +1,5 @@
-// This file holds the Jinja chat template engine: ardanlabs/jinja set up
-// as transformers sets up Jinja2 for apply_chat_template.
+// This file holds the Jinja chat template engine: ardanlabs/jinja set up as transformers sets up Jinja2.
+
 package tokenizer
 
 import (

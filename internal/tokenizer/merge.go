@@ -1,3 +1,5 @@
+// This file holds the merge loop of BPE: a linear scan for short words, a heap for long ones.
+
 package tokenizer
 
 import "slices"

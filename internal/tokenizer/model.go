@@ -1,5 +1,5 @@
-// This file holds Model: a tokenizer as an engine loads it, from
-// tokenizer.json, tokenizer_config.json and the chat template.
+// This file holds Model: a tokenizer as an engine loads it, from its tokenizer files and chat template.
+
 package tokenizer
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the normalizers of tokenizer.json: lowercase, prepend, replace, Unicode forms.
+
 package tokenizer
 
 import (

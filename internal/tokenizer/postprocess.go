@@ -1,3 +1,5 @@
+// This file holds the post-processor: the special tokens wrapped around a sequence's ids.
+
 package tokenizer
 
 import (

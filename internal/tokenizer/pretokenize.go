@@ -1,3 +1,5 @@
+// This file holds the pre-tokenizers of tokenizer.json: Metaspace, ByteLevel, Split, Digits.
+
 package tokenizer
 
 import (

@@ -1,6 +1,5 @@
-// This file holds the general regular expressions of Split and Replace:
-// Oniguruma syntax translated to Go's, with the whitespace lookahead that
-// pre-tokenizers use implemented by hand.
+// This file holds Split and Replace's regexes: Oniguruma syntax in Go's, one lookahead by hand.
+
 package tokenizer
 
 import (

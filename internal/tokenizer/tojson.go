@@ -1,5 +1,5 @@
-// This file holds the tojson filter of chat templates: Python's
-// json.dumps, byte for byte, since tool schemas in prompts are tokenized.
+// This file holds the tojson filter of chat templates: Python's json.dumps, byte for byte.
+
 package tokenizer
 
 import (
@@ -14,7 +14,8 @@ import (
 )
 
 // filterToJSON is transformers' tojson(x, ensure_ascii=False, indent=None,
-// separators=None, sort_keys=False).
+// separators=None, sort_keys=False), byte for byte: tool schemas in prompts
+// are tokenized.
 func filterToJSON(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) == 0 {
 		return jinja.Undefined(), fmt.Errorf("tojson: no value")

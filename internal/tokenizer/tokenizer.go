@@ -1,3 +1,5 @@
+// This file holds Tokenizer: loading a tokenizer.json, Encode and Decode.
+
 package tokenizer
 
 import (

@@ -42,6 +42,13 @@ const (
 // names the field.
 var ErrBadRequest = errors.New("upstream: bad request")
 
+// ErrNoAnswer marks a request that got no byte of an answer: the connection
+// broke (reset or closed by the engine) while the request was written or
+// before the answer began. The engine may have started on it, but nobody
+// saw any of its answer, so a request without side effects may be sent
+// elsewhere.
+var ErrNoAnswer = errors.New("no answer from the engine")
+
 // Client sends requests to engines. Its zero value is ready to use; it is
 // safe for concurrent use.
 type Client struct {
@@ -189,7 +196,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Response, error) {
 				c.resent.Add(1)
 				continue
 			}
-			err = stale.err
+			err = fmt.Errorf("%w: %w", ErrNoAnswer, stale.err)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

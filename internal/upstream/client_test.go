@@ -254,8 +254,38 @@ func TestNoRetryOnFreshConnection(t *testing.T) {
 	})
 	c := &Client{}
 	_, err := c.Do(context.Background(), &Request{URL: url, Path: "/"})
-	if err == nil || conns.Load() != 1 || c.Resent() != 0 {
-		t.Fatalf("err %v after %d connections; want an error after 1", err, conns.Load())
+	if !errors.Is(err, ErrNoAnswer) || conns.Load() != 1 || c.Resent() != 0 {
+		t.Fatalf("err %v after %d connections; want ErrNoAnswer after 1", err, conns.Load())
+	}
+}
+
+// TestNoAnswer: ErrNoAnswer marks exactly the failures before the first
+// byte of an answer.
+func TestNoAnswer(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer string // written before the connection closes
+		want   bool
+	}{
+		{"closed without answering", "", true},
+		{"closed within the status line", "HTTP/1.1 2", false},
+		{"closed within the head", "HTTP/1.1 200 OK\r\nContent-Le", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			url := rawServer(t, func(c net.Conn, r *bufio.Reader, _ int) {
+				readRequest(r)
+				io.WriteString(c, tc.answer)
+				// A reset rather than a close where the kernel allows.
+				if tcp, ok := c.(*net.TCPConn); ok {
+					tcp.SetLinger(0)
+				}
+			})
+			_, err := (&Client{}).Do(context.Background(), &Request{URL: url, Path: "/"})
+			if err == nil || errors.Is(err, ErrNoAnswer) != tc.want {
+				t.Fatalf("err %v; want ErrNoAnswer: %v", err, tc.want)
+			}
+		})
 	}
 }
 

@@ -1,3 +1,5 @@
+// This file holds the reading of an engine's HTTP/1.1 answer: its head, and its body's framing.
+
 package upstream
 
 import (

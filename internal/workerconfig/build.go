@@ -1,3 +1,5 @@
+// This file holds the parts of a descriptor both engines share: events, ports, hints, checks.
+
 package workerconfig
 
 import (
@@ -281,7 +283,6 @@ func completeHints(d *Descriptor, host string, rankPorts [][]int, owners map[int
 		owners = make(map[int]string, len(d.DPRanks))
 	}
 	d.OwnerIDs = owners
-	d.OwnerTopics = make(map[int]string, len(d.DPRanks))
 	var endpoints bytes.Buffer
 	endpoints.WriteByte('{')
 	for i, rank := range d.DPRanks {
@@ -294,7 +295,6 @@ func completeHints(d *Descriptor, host string, rankPorts [][]int, owners map[int
 		if derive {
 			owners[rank] = DeriveOwnerID(d.Engine, d.Model, d.KVBlockSize, sc.Endpoint, rank)
 		}
-		d.OwnerTopics[rank] = OwnerTopic(owners[rank])
 		if i > 0 {
 			endpoints.WriteByte(',')
 		}
@@ -322,7 +322,6 @@ func newDescriptor(engine Engine) *Descriptor {
 		Events:        []EventEndpoint{},
 		SourceControl: []SourceControl{},
 		OwnerIDs:      map[int]string{},
-		OwnerTopics:   map[int]string{},
 		RuntimeData:   []RuntimeEntry{},
 	}
 }

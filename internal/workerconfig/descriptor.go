@@ -1,3 +1,5 @@
+// This file holds Descriptor, what the state agent works from, Build, and its validation.
+
 package workerconfig
 
 import (
@@ -49,10 +51,11 @@ type Descriptor struct {
 	// SourceControl has one entry per DP rank when HintCapable, else none.
 	SourceControl []SourceControl `json:"source_control"`
 
-	// Cache owners of runner-owned inventory, keyed by global DP rank, and
-	// the owner-specific topic each owner's events are republished under.
-	OwnerIDs    map[int]string `json:"owner_ids"`
-	OwnerTopics map[int]string `json:"owner_topics"`
+	// Cache owners of runner-owned inventory, keyed by global DP rank. Each
+	// owner's events reach routers on a subject of its own
+	// (relay.SourceSubject), so unique owners are what keep their streams
+	// apart.
+	OwnerIDs map[int]string `json:"owner_ids"`
 
 	// HintForwarding: the runner accepts hints from requests (SGLang
 	// enable_remote_hint; vLLM router_hint in the tier's router_capabilities).
@@ -62,7 +65,7 @@ type Descriptor struct {
 	ProcessLocalInventory bool `json:"process_local_inventory"`
 
 	// RuntimeData is the registration runtime data, in publication order:
-	// endpoints, worker type, capability flag last (SPEC 4.1). Empty unless
+	// endpoints, worker type, capability flag last (docs/wire.md §5.1). Empty unless
 	// HintCapable: a refused worker is never half-registered.
 	RuntimeData []RuntimeEntry `json:"runtime_data"`
 
@@ -154,10 +157,10 @@ func (d *Descriptor) CheckEventBlockSize(ev *kvevents.Event) error {
 	return fmt.Errorf("%w: event block_size %d, worker kv_block_size %d", ErrBlockSizeMismatch, ev.BlockSize, d.KVBlockSize)
 }
 
-// Validate checks the descriptor's invariants (SPEC 4.2 descriptor checks):
+// Validate checks the descriptor's invariants (docs/wire.md §5.6):
 // ranks exactly the DP range, one event source per rank, and for a
 // hint-capable worker hint forwarding, inventory guarantees, dialable
-// endpoints, unique owners with owner-specific topics, and runtime data that
+// endpoints, unique owners, and runtime data that
 // agrees with all of it.
 func (d *Descriptor) Validate() error {
 	switch d.Engine {
@@ -254,8 +257,8 @@ func (d *Descriptor) validateHints() error {
 }
 
 func (d *Descriptor) validateOwners() error {
-	if len(d.OwnerIDs) != d.DPSize || len(d.OwnerTopics) != d.DPSize {
-		return descriptorErr("%d owner ids and %d owner topics for %d DP ranks", len(d.OwnerIDs), len(d.OwnerTopics), d.DPSize)
+	if len(d.OwnerIDs) != d.DPSize {
+		return descriptorErr("%d owner ids for %d DP ranks", len(d.OwnerIDs), d.DPSize)
 	}
 	seen := make(map[string]int, d.DPSize)
 	for _, r := range d.DPRanks {
@@ -270,9 +273,6 @@ func (d *Descriptor) validateOwners() error {
 			return descriptorErr("DP ranks %d and %d share owner id %s", other, r, id)
 		}
 		seen[id] = r
-		if d.OwnerTopics[r] != OwnerTopic(id) {
-			return descriptorErr("DP rank %d: owner topic %q is not its owner's topic %q", r, d.OwnerTopics[r], OwnerTopic(id))
-		}
 	}
 	return nil
 }

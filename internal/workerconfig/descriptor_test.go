@@ -28,7 +28,7 @@ func buildCase(t *testing.T, engine Engine, name string) *Descriptor {
 	return d
 }
 
-// Each mutation breaks one descriptor check of SPEC 4.2; Validate must name it.
+// Each mutation breaks one descriptor check of docs/wire.md §5.6; Validate must name it.
 func TestValidateCatchesBrokenDescriptors(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -60,7 +60,6 @@ func TestValidateCatchesBrokenDescriptors(t *testing.T) {
 		{"duplicate owner", "dp_attention", func(d *Descriptor) { d.OwnerIDs[1] = d.OwnerIDs[0] }, "share owner"},
 		{"malformed owner", "dp_attention", func(d *Descriptor) { d.OwnerIDs[2] = "x" }, "owner id"},
 		{"owner of another rank", "dp_attention", func(d *Descriptor) { delete(d.OwnerIDs, 3); d.OwnerIDs[9] = d.OwnerIDs[0] + "" }, "no owner id for DP rank 3"},
-		{"shared owner topic", "dp_attention", func(d *Descriptor) { d.OwnerTopics[1] = d.OwnerTopics[0] }, "owner topic"},
 		{"runtime order", "dp_attention", func(d *Descriptor) {
 			d.RuntimeData[0], d.RuntimeData[2] = d.RuntimeData[2], d.RuntimeData[0]
 		}, "in that order"},

@@ -1,5 +1,5 @@
 // Package workerconfig turns an inference engine's configuration into the
-// descriptor the state agent works from (SPEC 2.1, 4): where each DP rank
+// descriptor the state agent works from (docs/wire.md §2, §5): where each DP rank
 // publishes KV events, the registration runtime data of a hint-capable
 // worker, its runners' control endpoints and its cache owners.
 //
@@ -54,7 +54,7 @@
 // # Cache owners
 //
 // Runner-owned blocks belong to a cache owner id, semantics:scope/dc/slot in
-// lowercase hex (SPEC 4.4). An operator may pin them in the runner options
+// lowercase hex (docs/wire.md §5.7). An operator may pin them in the runner options
 // (SGLang hicache_storage_backend_extra_config, vLLM secondary tier):
 // "owner_id" for a one-rank worker, or "owner_ids" as a list in local DP rank
 // order or an object keyed by global DP rank. They are checked for format,

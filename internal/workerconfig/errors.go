@@ -1,3 +1,5 @@
+// This file holds the configuration errors: sentinels, and ConfigError naming the option to fix.
+
 package workerconfig
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the checks of hosts peers dial, and ZMQ endpoints with their per-rank offsets.
+
 package workerconfig
 
 import (
@@ -223,7 +225,7 @@ func bracket(host string) string {
 }
 
 // offset applies the per-DP-rank offset engines apply to their event
-// endpoints (SPEC 2.1): TCP port + rank, inproc name + "_dp{rank}". An ipc
+// endpoints (docs/wire.md §2.2): TCP port + rank, inproc name + "_dp{rank}". An ipc
 // path cannot be offset: the engine itself refuses it for rank > 0.
 func (e zmqEndpoint) offset(rank int, option string) (zmqEndpoint, error) {
 	if rank == 0 {

@@ -1,3 +1,5 @@
+// This file holds the reading of decoded JSON objects: typed values named by their option path.
+
 package workerconfig
 
 import (

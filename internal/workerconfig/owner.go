@@ -1,3 +1,5 @@
+// This file holds cache owner ids: their shape, their derivation, and the ones an operator sets.
+
 package workerconfig
 
 import (
@@ -12,21 +14,13 @@ import (
 
 var ownerIDPattern = regexp.MustCompile(`^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}/[0-9a-f]{32}$`)
 
-// ValidOwnerID reports whether s is a canonical cache owner id (SPEC 4.4).
+// ValidOwnerID reports whether s is a canonical cache owner id (docs/wire.md §5.7).
 func ValidOwnerID(s string) bool { return ownerIDPattern.MatchString(s) }
 
 // OwnerDomain is an owner's indexer domain: the text before the first "/".
 func OwnerDomain(id string) string {
 	domain, _, _ := strings.Cut(id, "/")
 	return domain
-}
-
-// OwnerTopic is the topic one owner's events are republished under. It is a
-// digest so that it is a plain token on any event plane (owner ids contain
-// ':' and '/').
-func OwnerTopic(ownerID string) string {
-	sum := sha256.Sum256([]byte(ownerID))
-	return OwnerTopicPrefix + hex.EncodeToString(sum[:16])
 }
 
 // DeriveOwnerID computes the owner id of a runner that names none itself.

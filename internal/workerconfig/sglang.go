@@ -1,3 +1,5 @@
+// This file holds FromSGLang: a descriptor from SGLang's server arguments and its runner options.
+
 package workerconfig
 
 import (

@@ -1,3 +1,5 @@
+// This file holds FromVLLM: a descriptor from vLLM's engine arguments and its KVCR secondary tier.
+
 package workerconfig
 
 import (

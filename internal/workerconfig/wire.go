@@ -1,10 +1,12 @@
+// This file holds the wire names: runtime-data keys, engine and mode values, configuration keys.
+
 package workerconfig
 
 // Every wire name this package reads or writes lives here: engine option
 // names (as the operator types them), the registration runtime-data keys of a
 // hint-capable worker, and the protocol strings of descriptors.
 
-// Registration runtime-data keys (SPEC 4.1), current names.
+// Registration runtime-data keys (docs/wire.md §5.1), current names.
 const (
 	KeyHintCapability         = "router_hint"
 	KeyWorkerType             = "router_hint_worker_type"
@@ -48,9 +50,6 @@ const (
 	// per DP rank.
 	AggregateEngine = "engine"
 )
-
-// OwnerTopicPrefix starts every owner-specific event topic.
-const OwnerTopicPrefix = "kvcr-owner."
 
 // Values found inside configurations.
 const (

@@ -1,3 +1,5 @@
+// This file holds Agentic: a synthetic multi-turn agentic workload with shared system prompts.
+
 package workload
 
 import (

@@ -1,3 +1,5 @@
+// This file holds ReadMooncake: a Mooncake trace's JSON lines turned into requests.
+
 package workload
 
 import (

@@ -1,3 +1,5 @@
+// This file holds Request, one completion request of a workload, and their order of arrival.
+
 package workload
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the synthetic Mooncake traces: their generator, writer and the embedded one.
+
 package workload
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the deterministic token streams: the vocabulary range and seeded SplitMix64.
+
 package workload
 
 import "fmt"

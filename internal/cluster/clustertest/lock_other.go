@@ -1,7 +1,6 @@
-//go:build !unix
+// This file holds the build lock where there is no flock(2): none; packages build side by side.
 
-// This file holds the build lock where there is no flock(2): none, and
-// packages that build at the same time compile side by side.
+//go:build !unix
 
 package clustertest
 

@@ -1,6 +1,6 @@
-//go:build unix
-
 // This file holds the build lock where flock(2) exists.
+
+//go:build unix
 
 package clustertest
 

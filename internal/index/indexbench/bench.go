@@ -1,3 +1,5 @@
+// This file holds one benchmark run: the index built and timed, matches timed, the report.
+
 package indexbench
 
 import (

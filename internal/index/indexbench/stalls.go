@@ -1,3 +1,5 @@
+// This file holds the measure of host stalls: how often a busy thread loses its CPU.
+
 package indexbench
 
 import (

@@ -1,3 +1,5 @@
+// This file holds GPT-2's byte-level alphabet: a printable rune for every byte, both ways.
+
 package pretok
 
 import "unicode/utf8"

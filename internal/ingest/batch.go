@@ -1,0 +1,242 @@
+// This file holds how the core takes a batch: converted whole, then applied in groups, all or none.
+
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"kvrouter/internal/index"
+	"kvrouter/internal/kvevents"
+)
+
+// specFullAttention is vLLM's kv_cache_spec_kind of the full-attention KV
+// group, the one routing follows: hybrid models emit one stream per KV
+// group and only this one keys the prefix by tokens alone.
+const specFullAttention = "full_attention"
+
+// step is one converted event and where it goes.
+type step struct {
+	to  target
+	tp  int // TP shard, for toShard
+	op  index.Op
+	src index.Source // toWorker, toOwner
+}
+
+type target uint8
+
+const (
+	toWorker target = iota // framework-owned: the worker rank
+	toOwner                // runner-owned: the cache owner directly
+	toShard                // one TP rank's runner: through the aggregator
+)
+
+func (c *Core) batch(r *rank, b Batch) {
+	if !r.seen {
+		r.seen = true
+		r.complete = b.Seq == 0
+	}
+	_, tp, shard := kvevents.ParseRunnerShardTopic(b.Topic)
+	// A replayed batch's topic is another batch's: its epoch says nothing.
+	if !b.Replayed && b.Epoch != r.epoch {
+		if r.epoch != "" {
+			c.log.Info("ingest: engine publisher epoch changed, rebuilding the rank's inventory", "dp_rank", r.DP)
+			c.reset(r, ResetEpoch)
+		}
+		r.epoch = b.Epoch
+	}
+	r.waiting = false
+	c.sync(r)
+
+	if b.Err != nil {
+		c.reject(r, RejectMalformed, b, b.Err)
+		return
+	}
+	if b.Replayed {
+		// Replay frames carry no topic: the one stamped on a replayed batch
+		// is that of the live message that opened its gap. A shard topic
+		// there says the engine shards, not which shard this batch is.
+		if shard {
+			c.sharded = true
+		}
+		tp, shard = 0, false
+	}
+	steps, reason, err := c.plan(r, b.Events, tp, shard, b.Replayed)
+	if err != nil {
+		c.reject(r, reason, b, err)
+		return
+	}
+	c.apply(r, steps)
+}
+
+// reject counts a batch refused whole and resets its rank: it may have
+// carried removals.
+func (c *Core) reject(r *rank, reason Reason, b Batch, err error) {
+	c.out.Count(reason)
+	level := slog.LevelDebug
+	if !c.warned[reason] {
+		c.warned[reason] = true
+		level = slog.LevelWarn
+	}
+	c.log.Log(context.Background(), level, "ingest: engine batch rejected whole; its rank is rebuilt (later ones of this reason are logged at debug level)",
+		"dp_rank", r.DP, "seq", b.Seq, "topic", b.Topic, "reason", reason.String(), "err", err)
+	c.reset(r, ResetRejected)
+	c.sync(r)
+}
+
+// plan converts a whole batch before anything is applied, so that a batch
+// is rejected whole or applied whole: the reason and error say why.
+func (c *Core) plan(r *rank, evs []kvevents.Event, tp int, shard, replayed bool) ([]step, Reason, error) {
+	if shard && r.HasOwner && (r.agg == nil || tp >= r.agg.Ranks()) {
+		// One shard's runner inventory is not the rank's: applied to the
+		// owner it would offer blocks other shards lack.
+		c.sharded = true
+		return nil, RejectTopic, fmt.Errorf("runner shard topic names TP rank %d; the worker folds %d TP ranks per DP rank", tp, max(c.cfg.TP, 1))
+	}
+	steps := c.steps[:0]
+	for i := range evs {
+		ev := &evs[i]
+		if ev.GroupIdx != 0 || (ev.SpecKind != "" && ev.SpecKind != specFullAttention) {
+			// A hybrid model: removals do not say their group's kind, so
+			// another group's removal may take a full-attention block from
+			// us, and a later store under it would look like a gap.
+			r.complete = false
+		}
+		// Groups share block hashes: another group's removal must not take
+		// the full-attention group's block.
+		if kind := r.groups.Of(ev); kind != "" && kind != specFullAttention {
+			c.out.Count(DropOtherGroup)
+			continue
+		}
+		if c.cfg.InheritSalt {
+			// Before the split by owner: a block the runner holds is still
+			// the parent of the engine's stores under it.
+			r.salts.Inherit(ev)
+		}
+		st := step{to: toWorker, src: r.Worker}
+		allShards := false
+		if shard || ev.Ownership == kvevents.OwnedByRunner {
+			switch {
+			case !r.HasOwner:
+				c.out.Count(DropNoOwner)
+				continue
+			case r.agg != nil && shard:
+				st = step{to: toShard, tp: tp}
+			case (r.agg != nil || (replayed && c.sharded)) && ev.Kind == kvevents.KindStored:
+				// Runner inventory without its TP shard: a replayed batch
+				// (replay frames carry no topic) or a plain topic. Leaving
+				// out one shard's store only under-reports the owner.
+				c.out.Count(DropUnattributed)
+				continue
+			case r.agg != nil:
+				// A removal or clear of an unknown shard withdraws the
+				// blocks from every shard: under-reporting is safe,
+				// keeping a block a shard dropped is not.
+				st, allShards = step{to: toShard}, true
+			default:
+				st = step{to: toOwner, src: r.Owner}
+			}
+		}
+		if ev.Kind == kvevents.KindStored && !ev.Placeholder && ev.BlockSize != c.cfg.BlockSize {
+			return nil, RejectBlockSize, fmt.Errorf("event %d: %w: event block_size %d, worker %d", i, index.ErrBlockSize, ev.BlockSize, c.cfg.BlockSize)
+		}
+		op, err := index.OpFromEvent(*ev)
+		if errors.Is(err, index.ErrPlaceholder) {
+			c.out.Count(DropPlaceholder)
+			if st.to == toWorker {
+				// Its descendants will name a parent we could not index.
+				r.complete = false
+			}
+			continue
+		}
+		if err != nil {
+			return nil, RejectEvent, fmt.Errorf("event %d: %w", i, err)
+		}
+		st.op = op
+		if !allShards {
+			steps = append(steps, st)
+			continue
+		}
+		for t := range r.agg.Ranks() {
+			st.tp = t
+			steps = append(steps, st)
+		}
+	}
+	c.steps = steps[:0]
+	return steps, 0, nil
+}
+
+// apply applies a planned batch in order, one group of ops per output
+// call. A store under a parent is the only op the output may refuse, and
+// it refuses it whole; so a group starts at such a store or holds none, and
+// a refused group has changed nothing: no half-applied group is ever seen.
+func (c *Core) apply(r *rank, steps []step) {
+	var run []index.Op
+	var runSrc index.Source
+	flush := func() {
+		if len(run) > 0 {
+			c.applyRun(r, runSrc, run)
+		}
+		run = nil
+	}
+	add := func(s index.Source, op index.Op) {
+		if (len(run) > 0 && runSrc != s) || (op.Kind == index.OpStore && op.HasParent) {
+			flush()
+		}
+		runSrc = s
+		run = append(run, op)
+	}
+	for _, st := range steps {
+		if st.to != toShard {
+			add(st.src, st.op)
+			continue
+		}
+		out, err := r.agg.Apply(st.tp, st.op)
+		if err != nil {
+			// Owner sources are never complete (runner blocks can outlive
+			// their publisher), so an unknown parent is only skipped.
+			c.out.Count(dropReason(err))
+			continue
+		}
+		for _, op := range out {
+			add(r.Owner, op)
+		}
+	}
+	flush()
+}
+
+// applyRun applies ops of one source, skipping a refused leading store.
+func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
+	for len(ops) > 0 {
+		err := c.out.Apply(s, ops)
+		if err == nil {
+			return
+		}
+		var oe *index.OpError
+		if !errors.As(err, &oe) || oe.Pos != 0 {
+			c.log.Error("ingest: the output refused an op after accepting part of its group; rebuilding the rank", "dp_rank", r.DP, "source", s, "err", err)
+			c.reset(r, ResetInconsistent)
+			c.sync(r)
+			return
+		}
+		if errors.Is(err, index.ErrUnknownParent) && s == r.Worker && r.complete && !c.cfg.Lossy {
+			// We applied every batch since this publisher started, so the
+			// parent must be known: a batch went missing without the seq
+			// showing it.
+			c.log.Warn("ingest: store under an unknown parent on a complete stream; rebuilding the rank", "dp_rank", r.DP, "err", err)
+			c.reset(r, ResetSilentGap)
+			c.sync(r)
+		}
+		c.out.Count(dropReason(err))
+		ops = ops[1:]
+	}
+}
+
+func dropReason(err error) Reason {
+	if errors.Is(err, index.ErrUnknownParent) {
+		return DropUnknownParent
+	}
+	return DropInvalid
+}

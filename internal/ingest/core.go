@@ -1,0 +1,242 @@
+// This file holds the core: its configuration, its output, and the ordering state of each DP rank's stream.
+
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"kvrouter/internal/index"
+)
+
+// ErrUnknownRank marks an input for a DP rank the core was not configured
+// with.
+var ErrUnknownRank = errors.New("ingest: DP rank not served")
+
+// Output receives the core's decisions, on the goroutine that drives the
+// core. Every source starts empty and not ready at the output.
+type Output interface {
+	// Apply changes src by ops, in order, as index.Index.Apply does: it may
+	// refuse an op with an *index.OpError naming its position, having
+	// applied the ops before it and none after. The core only ever puts a
+	// store under a parent first in ops, the one op an index refuses for
+	// what it holds, so a refusal at position 0 changed nothing.
+	Apply(src index.Source, ops []index.Op) error
+	// Reset empties src; its readiness stays as it was (the core tells
+	// Ready first when it goes).
+	Reset(src index.Source)
+	// Ready says whether src may be named by hints. While it is not, the
+	// core keeps applying ops to it: the output decides whether consumers
+	// see them.
+	Ready(src index.Source, ready bool)
+	// Count records one rejected batch, dropped event or op, or reset rank.
+	Count(r Reason)
+}
+
+// Rank names the sources one DP rank's stream feeds.
+type Rank struct {
+	DP     int
+	Worker index.Source // framework-owned blocks: index.WorkerRank
+	// Owner takes runner-owned blocks (index.CacheOwner) when HasOwner; a
+	// rank without one counts them dropped (DropNoOwner).
+	Owner    index.Source
+	HasOwner bool
+}
+
+// Config is what the core is told about the worker whose streams it reads.
+type Config struct {
+	Ranks     []Rank
+	BlockSize int // the worker's KV block size: a store of another is rejected
+	// TP is the number of TP ranks whose runners report their shards of a
+	// DP rank's runner inventory apart (kvevents.RunnerShardTopic). Above 1
+	// the shards are folded: the owner holds a block only while every
+	// shard does. At most 1, a shard topic is rejected.
+	TP int
+	// InheritSalt carries a salted root's salt to the stores under it
+	// (vLLM names it in a prefix's first block only; SGLang in every one).
+	InheritSalt bool
+	// Lossy says the output may drop blocks on its own (a capped index
+	// evicts): a store under an unknown parent then proves no lost batch.
+	Lossy bool
+	Log   *slog.Logger // nil: slog.Default
+}
+
+// Core turns each DP rank's engine stream into ordered inventory ops of
+// the rank's sources. It owns no sockets, clocks or goroutines; one
+// goroutine drives it (Step), and it calls its Output on that goroutine.
+type Core struct {
+	cfg   Config
+	out   Output
+	log   *slog.Logger
+	ranks map[int]*rank
+	// sharded: a runner shard topic arrived while the core folds no
+	// shards (TP <= 1), so the engine shards: a replayed runner store,
+	// which names no shard, may be one shard's.
+	sharded bool
+	warned  [NumReasons]bool // rejections logged at warn level once per reason
+	steps   []step           // scratch of plan
+}
+
+// rank is one DP rank's stream and the sources it feeds.
+type rank struct {
+	Rank
+	agg   *aggregator    // non-nil: runner inventory arrives per TP shard
+	srcs  []index.Source // the worker's, then the owner's
+	ready []bool         // as last told to the output, by srcs index
+
+	// The stream is in order while a batch arrived since the start (or a
+	// reconnect, or the engine's return), no gap is open and the engine is
+	// up.
+	waiting bool
+	open    []gapSpan
+	down    bool
+
+	seen  bool   // a batch arrived since the start
+	epoch string // SGLang publisher epoch of the last live batch
+	// complete: since the worker source was last emptied, every batch its
+	// publisher process sent has been applied (the first seq seen was 0
+	// and nothing was lost or skipped). Only then does an unknown parent
+	// prove a gap the seq did not reveal.
+	complete bool
+	groups   groupKinds // a hybrid model's KV groups, from stores
+	salts    saltChains // with InheritSalt: blocks under salted roots
+}
+
+type gapSpan struct{ from, to uint64 }
+
+func (r *rank) inOrder() bool { return !r.waiting && len(r.open) == 0 && !r.down }
+
+// New returns the core of cfg's ranks, deciding into out. Every source
+// starts not ready; a rank's become ready once its stream delivers a batch.
+func New(cfg Config, out Output) (*Core, error) {
+	if cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("ingest: Config.BlockSize %d: must be positive", cfg.BlockSize)
+	}
+	if len(cfg.Ranks) == 0 {
+		return nil, errors.New("ingest: Config.Ranks: no DP rank")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	c := &Core{cfg: cfg, out: out, log: cfg.Log, ranks: map[int]*rank{}}
+	for _, rk := range cfg.Ranks {
+		if c.ranks[rk.DP] != nil {
+			return nil, fmt.Errorf("ingest: Config.Ranks: DP rank %d given twice", rk.DP)
+		}
+		r := &rank{Rank: rk, waiting: true, srcs: []index.Source{rk.Worker}}
+		if rk.HasOwner {
+			r.srcs = append(r.srcs, rk.Owner)
+			if cfg.TP > 1 {
+				r.agg = newAggregator(cfg.TP)
+			}
+		}
+		r.ready = make([]bool, len(r.srcs))
+		c.ranks[rk.DP] = r
+	}
+	return c, nil
+}
+
+// Step feeds one input of DP rank dp's stream.
+func (c *Core) Step(dp int, in Input) error {
+	r := c.ranks[dp]
+	if r == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownRank, dp)
+	}
+	switch in := in.(type) {
+	case Batch:
+		c.batch(r, in)
+	case Gap:
+		if !in.Healed {
+			r.open = append(r.open, gapSpan{in.From, in.To})
+			c.log.Info("ingest: event gap, sources not ready until replay resolves it", "dp_rank", dp, "from", in.From, "to", in.To)
+		} else {
+			r.open = removeSpans(r.open, func(g gapSpan) bool { return g.from == in.From && g.to == in.To })
+		}
+		c.sync(r)
+	case Unrecoverable:
+		// A lost span resolves every open gap it overlaps: those gaps will
+		// never be reported healed.
+		r.open = removeSpans(r.open, func(g gapSpan) bool { return g.from <= in.To && g.to >= in.From })
+		c.log.Warn("ingest: events lost for good, rebuilding the rank's inventory", "dp_rank", dp, "from", in.From, "to", in.To)
+		c.reset(r, ResetUnrecoverable)
+		c.sync(r)
+	case Restart:
+		c.log.Info("ingest: engine publisher restarted, rebuilding the rank's inventory", "dp_rank", dp, "old_seq", in.OldSeq, "new_seq", in.NewSeq)
+		r.open = nil
+		c.reset(r, ResetRestart)
+		// A new process starts with an empty cache: from its seq 0 on we
+		// see its whole history.
+		r.complete = in.NewSeq == 0
+		// The new process's batches carry its own SGLang epoch: that is
+		// the restart just handled, not another one.
+		r.epoch = ""
+		c.sync(r)
+	case Reconnected:
+		// A seq that moves forward after a reconnect does not prove the
+		// same publisher process: a restarted engine that sent more batches
+		// than we last saw would pass for a gap, and its replay would be
+		// applied on the old process's blocks. Start over.
+		c.log.Info("ingest: event stream reconnected, rebuilding the rank's inventory", "dp_rank", dp)
+		r.waiting = true
+		c.reset(r, ResetReconnected)
+		r.epoch = "" // whatever epoch comes next is the one we start over from
+		c.sync(r)
+	case Engine:
+		// A down engine's runners cannot serve pulls and its stream may have
+		// stopped without a sign: its sources are reset and stay not ready
+		// until the engine is back and its stream delivers a batch.
+		if in.Up == !r.down {
+			return nil
+		}
+		if in.Up {
+			r.down, r.waiting = false, true
+		} else {
+			r.down = true
+			c.reset(r, ResetEngineDown)
+		}
+		c.sync(r)
+	}
+	return nil
+}
+
+// sync tells the output the readiness of r's sources where it changed.
+func (c *Core) sync(r *rank) {
+	want := r.inOrder()
+	for i, s := range r.srcs {
+		if r.ready[i] != want {
+			r.ready[i] = want
+			c.out.Ready(s, want)
+		}
+	}
+}
+
+// reset empties the rank's sources and starts their rebuild. The caller
+// has set the rank's order first: a source that is not to stay ready is
+// told so before it is emptied, so a consumer never sees it ready and
+// empty in between.
+func (c *Core) reset(r *rank, reason Reason) {
+	c.out.Count(reason)
+	keep := r.inOrder()
+	for i, s := range r.srcs {
+		if r.ready[i] && !keep {
+			r.ready[i] = false
+			c.out.Ready(s, false)
+		}
+		c.out.Reset(s)
+	}
+	r.complete = false
+	r.salts = nil
+	if r.agg != nil {
+		r.agg.Reset()
+	}
+}
+
+func removeSpans(s []gapSpan, drop func(gapSpan) bool) []gapSpan {
+	s = slices.DeleteFunc(s, drop)
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
