@@ -15,6 +15,7 @@ func init() { commands = append(commands, newAgentCmd) }
 func newAgentCmd() *cobra.Command {
 	var cfg agent.Config
 	var engine string
+	var natsAuth *natsAuthFlags // set with the flags, read once they are parsed
 	cmd := &cobra.Command{
 		Use:   "agent --engine sglang|vllm --engine-url http://HOST:PORT --nats URL",
 		Short: "Run the state agent beside one engine worker: register it and relay its KV inventory",
@@ -36,16 +37,25 @@ It subscribes to the KV events of every DP rank, splits worker-owned blocks
 with TP > 1 a block counts only while every TP rank's runner holds it), keeps
 a local index, and republishes every change on the event plane with its own
 gap-free cursor, answering snapshot requests so router services can join late.
+At start it catches up on the engine's history at once: the snapshot-v1 cut
+where SGLang offers one (snapshot_endpoint), and the replay buffer from seq 0.
 Engine gaps are healed by replay; while one is open, or after an engine
 restart or lost events, the rank's sources are reset and not ready until the
-stream is in order again. On SIGINT/SIGTERM the sources are announced gone
-and the worker deregistered.`,
+stream is in order again. A cache owner's inventory belongs to its runners:
+it outlives an engine restart while every runner answers --runner-probe with
+the epoch it had, and is dropped when a runner restarts or stays silent for
+--owner-ttl. On SIGINT/SIGTERM the worker ranks (and owners whose runners the
+agent cannot vouch for) are announced gone, then the worker is deregistered.`,
 		Example: `  kvrouter agent --engine sglang --engine-url http://10.0.0.7:30000 --nats nats://nats:4222
   kvrouter agent --engine vllm --engine-url http://10.0.0.8:8000 --config engine_args.json --nats nats://nats:4222 --dp-start 4
   kvrouter agent --engine sglang --engine-url http://127.0.0.1:30000 --single-host --embedded-nats --metrics-listen 127.0.0.1:9400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Engine = workerconfig.Engine(engine)
+			var err error
+			if cfg.NATSAuth, err = natsAuth.resolve(cfg.EmbeddedNATS); err != nil {
+				return err
+			}
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err
@@ -61,11 +71,14 @@ and the worker deregistered.`,
 	fl.StringVar(&cfg.ConfigFile, "config", "", "read the engine configuration from this JSON file instead of --engine-url (vLLM serves none itself)")
 	fl.DurationVar(&cfg.EngineWait, "engine-wait", agent.DefaultEngineWait, "how long to wait for the engine to serve its configuration while it starts; 0 waits forever")
 	fl.DurationVar(&cfg.EngineGrace, "engine-grace", agent.DefaultEngineGrace, "how long the engine's /health may fail before its inventory is withdrawn (sources reset, not ready); 0 disables the probe")
+	fl.DurationVar(&cfg.RunnerProbe, "runner-probe", agent.DefaultRunnerProbe, "how often each KV cache runner's control endpoint is asked for its start epoch: a cache owner's inventory outlives its engine while its runners answer with the epoch they had; 0 disables the probe (owners are reset with their engine)")
+	fl.DurationVar(&cfg.OwnerTTL, "owner-ttl", agent.DefaultOwnerTTL, "how long a cache owner's inventory is kept while its runner does not answer (not a hint source meanwhile)")
 	fl.StringVar(&cfg.WorkerID, "worker-id", "", "worker id in discovery, stable across restarts; default the --engine-url host:port")
 	fl.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host to dial for KV event endpoints bound to a wildcard such as tcp://*:5557; empty uses the runner's advertised host, else the engine's host argument, else 127.0.0.1")
 	fl.BoolVar(&cfg.SingleHost, "single-host", false, "every peer runs on this machine (local demo cluster): accept a loopback advertise host, which is refused otherwise")
 	fl.IntVar(&cfg.DPStart, "dp-start", -1, "first global DP rank this worker serves; -1 takes it from the configuration (vLLM data_parallel_rank or data_parallel_start_rank, SGLang 0)")
 	fl.StringVar(&cfg.NATSURL, "nats", "", "NATS URL of the cluster, e.g. nats://nats:4222 (required unless --embedded-nats)")
+	natsAuth = addNATSAuthFlags(fl)
 	fl.BoolVar(&cfg.EmbeddedNATS, "embedded-nats", false, "run a private embedded NATS server instead of --nats (tests; nobody else sees the worker)")
 	fl.DurationVar(&cfg.NATSTimeout, "nats-timeout", agent.DefaultNATSTimeout, "how long to keep retrying an unreachable --nats at start before exiting")
 	fl.DurationVar(&cfg.Lease, "lease", agent.DefaultLease, "registration lease: router services drop the worker if the agent stops refreshing it (every lease/3); at least 1s")

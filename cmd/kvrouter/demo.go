@@ -44,7 +44,8 @@ found in the worker's own cache, tokens pulled from a peer, hints issued (from
 the router's /metrics), and time to first token.
 
 With --keep the cluster stays up after the run, until Ctrl-C, for a look at
-the router's /debug/workers, /debug/route and /metrics. Every process's log is
+the router's operator views on its --admin-listen port (printed at the end):
+/debug/workers, /debug/route and /metrics. Every process's log is
 kept in --log-dir (default a new temporary directory, printed at the end).
 Ctrl-C stops every process the demo started, at any time.
 

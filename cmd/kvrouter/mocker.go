@@ -141,6 +141,7 @@ header, else the least loaded.`,
 	f.Float64Var(&c.Speedup, "speedup", 1, "simulated time runs this many times faster than wall time (a peer pull's transfer always takes its real time)")
 	f.StringVar(&c.EventsEndpoint, "kv-events-endpoint", mocker.DefaultEventsEndpoint, "ZMQ PUB endpoint of DP rank 0 (rank r: port + r); binds when it holds a wildcard")
 	f.StringVar(&c.ReplayEndpoint, "kv-events-replay-endpoint", mocker.DefaultReplayEndpoint, "ZMQ ROUTER replay endpoint of DP rank 0 (rank r: port + r); \"none\" disables replay")
+	f.StringVar(&c.SnapshotEndpoint, "kv-events-snapshot-endpoint", "", "SGLang flavour: ZMQ ROUTER serving snapshot-v1 cuts, DP rank 0's (rank r: port + r); live topics then name each rank's publisher epoch; empty serves none")
 	f.StringVar(&c.Topic, "kv-events-topic", "", "topic frame of every event message; empty, or kv@<advertise-host>:<http-port>@<model> with --kv-events-connect")
 	f.StringVar(&c.EventsConnect, "kv-events-connect", "", "dial this binding subscriber (llm-d style) instead of binding --kv-events-endpoint")
 	f.StringArrayVar(&c.LoRAs, "lora", nil, "a LoRA adapter served besides the model, by the name requests give it (repeatable): vLLM requests name it as their model, SGLang ones in lora_path or as model \"MODEL:ADAPTER\"; its blocks are cached and hashed apart, as the engines do")

@@ -43,6 +43,7 @@ func init() { commands = append(commands, newServeCmd) }
 
 func newServeCmd() *cobra.Command {
 	var gcPercent *int
+	var natsAuth *natsAuthFlags // set with the flags, read once they are parsed
 	o := serve.Defaults()
 	var (
 		workers     []string
@@ -63,8 +64,11 @@ peer. Hints never change the chosen worker.
 
 Workers come from two places:
   - state agents registering over NATS (--nats; without it an embedded NATS
-    server starts and its URL is logged for agents to join); their events
-    arrive through the agents' relays, snapshot first;
+    server starts and its URL is logged for agents to join; one listening
+    beyond loopback (--nats-listen) requires a token, generated at start
+    unless given and written to --nats-token-file, default
+    ~/.config/kvrouter/nats-token, for agents' --nats-token-file); their
+    events arrive through the agents' relays, snapshot first;
   - --worker flags, for simple fleets without agents. The router service then
     reads the engine's KV events itself: it dials an engine that binds
     (events=; DP rank r publishes on the port offset by r), or takes what
@@ -77,7 +81,10 @@ Workers come from two places:
 --worker takes comma-separated key=value pairs:
   url=http://H:P        the engine's OpenAI server (required)
   events=tcp://H:P      its KV event publisher, dialable; omit for approximate mode
-  replay=tcp://H:P      its replay endpoint, to heal sequence gaps
+  replay=tcp://H:P      its replay endpoint, to heal sequence gaps and catch up on
+                        its history at start (with --events-bind: at its first batch)
+  snapshot=tcp://H:P    SGLang's snapshot_endpoint (engine=sglang, with events=): its
+                        snapshot-v1 cut is the start of the catch-up
   block_size=N          KV block size in tokens (default 16; must match the engine)
   dp=N                  data-parallel ranks (default 1)
   tp=N                  tensor-parallel ranks per DP rank (default 1; engine=sglang
@@ -112,11 +119,24 @@ before any byte of the answer (--retry-reset). A stream that breaks off after
 part of it went out ends with an error event, data: {"error": {...}}, and no
 [DONE].
 
-Operator views: GET /debug/workers (each worker's health, ranks and caches),
-POST /debug/route (the decision for a request body, nothing sent), GET /metrics
-(Prometheus), GET /healthz (liveness: 200 while the process serves), GET
-/readyz (200 once at least one worker is registered and not down, else 503 with
-a JSON reason).
+The front door bounds what strangers can make it hold: a request body (at
+most 32 MiB) must arrive within --body-timeout (else 408), its buffer grows
+as its bytes arrive, and the bodies held at once stay within
+--max-body-memory (past it a 503 with Retry-After). A prompt longer than its
+model's context, the largest max_model_len its workers report (GET
+/v1/models; SGLang's context_length on GET /get_server_info; no bound while
+one of them reports none), is refused with a 400 naming max_model_len, before
+it is tokenized when its size alone tells.
+A non-streamed answer over 64 MiB is a 502, and a stream whose event exceeds
+16 MiB ends with an error event; neither is passed on cut.
+
+Operator views, on --admin-listen (loopback by default, apart from the OpenAI
+port: they tell whose prefixes are cached and where the runners listen): GET
+/debug/workers (each worker's health, ranks and caches), POST /debug/route (the
+decision for a request body, nothing sent), GET /metrics (Prometheus). On the
+OpenAI port: GET /healthz (liveness: 200 while the process serves), GET /readyz
+(200 once at least one worker is registered and not down, else 503 with a JSON
+reason).
 A client may force the worker with the header x-kvrouter-target: <worker id>
 when --allow-target-override is set; a forced worker is tried even when down.`,
 		Example: `  kvrouter serve --worker url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557
@@ -141,6 +161,10 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 			}
 			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
 			o.MaxIndexBytes = indexBudget(indexMemory, o.Log)
+			var err error
+			if o.NATSAuth, err = natsAuth.resolve(o.NATS == ""); err != nil {
+				return err
+			}
 			ctx, stop := interruptible(cmd)
 			defer stop()
 			return serve.Run(ctx, o)
@@ -149,11 +173,15 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f := cmd.Flags()
 	gcPercent = gcFlag(f)
 	f.StringVar(&o.Listen, "listen", o.Listen, "HOST:PORT of the HTTP front door")
+	f.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "HOST:PORT of the operator views (/metrics, /debug/*); keep it off networks clients reach (port 0 picks a free one, logged); empty serves none")
 	f.StringVar(&o.NATS, "nats", "", "URL of the NATS cluster (JetStream enabled) where agents register and replicas share load; empty starts an embedded server")
+	natsAuth = addNATSAuthFlags(f)
 	f.StringVar(&o.NATSListen, "nats-listen", o.NATSListen, "HOST:PORT of the embedded NATS server when --nats is empty (port 0 picks a free one); use a reachable host for agents on other machines")
 	f.StringVar(&o.Bucket, "discovery-bucket", o.Bucket, "NATS key-value bucket of worker registrations (the agents' --discovery-bucket)")
 	f.DurationVar(&o.Lease, "lease", o.Lease, "registration lease of the discovery bucket; must equal the agents' --lease")
 	f.StringArrayVar(&workers, "worker", nil, "an engine to route to without a state agent (repeatable; keys above)")
+	f.StringSliceVar(&o.PeerAllow, "peer-allow", nil, "networks (CIDRs or addresses, comma-separated or repeated) whose runner endpoints any agent's registration may name in hints; "+
+		"by default only endpoints on the registering worker's own host (as its URL names it) are, and a registration naming another is routed without hints (kvrouter_peer_endpoints_refused_total)")
 	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router service with their KV events, e.g. tcp://*:5557")
 	f.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "engine (ask a worker's POST /tokenize, as vLLM and SGLang serve it; SGLang's renders no chats), a tokenizer.json or model directory (its tokenizer_config.json and chat template, as the engines load them), or demo (the simulated fleet's embedded tokenizer)")
 	f.IntVar(&o.TokenizeCache, "tokenize-cache", o.TokenizeCache, "answers kept by --tokenizer engine (LRU)")
@@ -180,6 +208,8 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.DurationVar(&o.HealthTimeout, "health-timeout", o.HealthTimeout, "a health probe not answered within this fails")
 	f.IntVar(&o.HealthDownAfter, "health-down-after", o.HealthDownAfter, "failed health probes in a row that mark a worker down (a refused connection marks it at once)")
 	f.BoolVar(&o.RetryReset, "retry-reset", o.RetryReset, "send a request whose connection to a worker broke before any byte of the answer to another worker, once")
+	f.DurationVar(&o.BodyTimeout, "body-timeout", o.BodyTimeout, "a client must send its whole request body within this once the head is read, else 408")
+	f.Int64Var(&o.MaxBodyMemory, "max-body-memory", o.MaxBodyMemory, "bytes of request bodies held at once (buffers grow as bytes arrive); a body past it gets a 503 with Retry-After (kvrouter_requests_refused_total{reason=\"body_busy\"})")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")
 	f.BoolVar(&o.AllowTargetOverride, "allow-target-override", false, "let the x-kvrouter-target header force the worker")
 	f.IntVar(&o.MaxBlocks, "max-blocks", 0, "cap on indexed blocks per (model, block size), least recently matched evicted first; 0 is no block cap (--index-memory still bounds the index)")

@@ -28,6 +28,8 @@ const (
 	DefaultNATSTimeout = time.Minute
 	DefaultEngineWait  = 15 * time.Minute
 	DefaultEngineGrace = 15 * time.Second
+	DefaultRunnerProbe = time.Second
+	DefaultOwnerTTL    = time.Minute
 )
 
 // Config is what `kvrouter agent` is told; field comments name the flags.
@@ -38,13 +40,21 @@ type Config struct {
 	EngineWait time.Duration       // --engine-wait: 0 waits forever
 	// EngineGrace (--engine-grace) is how long health probes of the engine
 	// may fail before its inventory is withdrawn; 0 disables probing.
-	EngineGrace   time.Duration
+	EngineGrace time.Duration
+	// RunnerProbe (--runner-probe) is how often each runner's control
+	// endpoint is asked for its start epoch; 0 disables probing, and a
+	// cache owner is then reset with its engine.
+	RunnerProbe time.Duration
+	// OwnerTTL (--owner-ttl) is how long a cache owner's inventory is kept
+	// while its runner does not answer.
+	OwnerTTL      time.Duration
 	WorkerID      string // --worker-id; default the engine URL's host:port
 	AdvertiseHost string // --advertise-host
 	SingleHost    bool   // --single-host
 	DPStart       int    // --dp-start; negative takes it from the configuration
 
 	NATSURL       string        // --nats
+	NATSAuth      bus.Auth      // --nats-creds, --nats-tls-ca, ...
 	EmbeddedNATS  bool          // --embedded-nats
 	NATSTimeout   time.Duration // --nats-timeout
 	Lease         time.Duration // --lease
@@ -93,6 +103,10 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("--nats-timeout %v: must be positive", cfg.NATSTimeout)
 	case cfg.EngineGrace < 0 || cfg.EngineWait < 0:
 		return nil, errors.New("--engine-grace and --engine-wait must not be negative")
+	case cfg.RunnerProbe < 0:
+		return nil, fmt.Errorf("--runner-probe %v: must not be negative (0 disables the probe)", cfg.RunnerProbe)
+	case cfg.RunnerProbe > 0 && cfg.OwnerTTL < cfg.RunnerProbe:
+		return nil, fmt.Errorf("--owner-ttl %v: must be at least --runner-probe %v", cfg.OwnerTTL, cfg.RunnerProbe)
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
@@ -127,9 +141,11 @@ func (a *Agent) Stats() Stats {
 }
 
 // Run reads and validates the engine's configuration, registers the
-// worker and relays its inventory until ctx ends; then it announces the
-// sources gone and deregisters. It returns nil after a clean stop. Run an
-// Agent once.
+// worker and relays its inventory until ctx ends. Then, in this order, it
+// stops reading the engine, announces the sources gone (Core.Stop),
+// flushes them to the NATS server, and deregisters: a router that reads
+// the deregistration has been sent everything before it (docs/wire.md
+// §9.6). It returns nil after a clean stop. Run an Agent once.
 func (a *Agent) Run(ctx context.Context) error {
 	d, err := a.descriptor(ctx)
 	if err != nil {
@@ -150,7 +166,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	var pub *relay.Publisher
 	if len(d.Events) > 0 {
 		pub = relay.NewPublisher(b.Conn, prefix, a.log)
-		core, err := NewCore(a.cfg.WorkerID, d, pub, a.log)
+		var opts []CoreOption
+		if a.probesRunners(d) {
+			opts = append(opts, ProbeRunners(d.TPRanksPerDPRank))
+		}
+		core, err := NewCore(a.cfg.WorkerID, d, pub, a.log, opts...)
 		if err != nil {
 			return err
 		}
@@ -188,10 +208,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent: worker registered", "id", w.ID, "model", w.Model, "hint_capable", d.HintCapable,
 		"dp_ranks", fmt.Sprintf("%d..%d", d.DPStart, d.DPStart+d.DPSize-1), "events", w.Events, "lease", a.cfg.Lease)
 	close(a.registered)
+	// The lease outlives the relay: the deregistration is the last word.
+	keepCtx, stopKeep := context.WithCancel(context.Background())
+	defer stopKeep()
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		discovery.Keep(runCtx, reg, w, a.cfg.Lease/3, a.log)
+		discovery.Keep(keepCtx, reg, w, a.cfg.Lease/3, a.log)
 	}()
 
 	var runErr error
@@ -200,7 +223,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	case runErr = <-errs:
 	}
 	stop()
-	<-kept
 	wg.Wait()
 	if core := a.core.Load(); core != nil {
 		core.Stop()
@@ -208,6 +230,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("agent: could not flush the last messages", "err", err)
 		}
 	}
+	stopKeep()
+	<-kept
 	a.log.Info("agent: stopped; worker deregistered", "id", w.ID)
 	return runErr
 }
@@ -247,7 +271,7 @@ func (a *Agent) descriptor(ctx context.Context) (*workerconfig.Descriptor, error
 func (a *Agent) openBus(ctx context.Context) (*bus.Bus, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.NATSTimeout)
 	defer cancel()
-	opts := bus.Options{URL: a.cfg.NATSURL, Name: "kvrouter-agent " + a.cfg.WorkerID, Logger: a.log,
+	opts := bus.Options{URL: a.cfg.NATSURL, Auth: a.cfg.NATSAuth, Name: "kvrouter-agent " + a.cfg.WorkerID, Logger: a.log,
 		ConnectTimeout: min(5*time.Second, a.cfg.NATSTimeout)}
 	for attempt := 0; ; attempt++ {
 		b, err := bus.Open(ctx, opts)

@@ -59,15 +59,19 @@ func TestAgentRelaysSGLangLinker(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 
-	// Stopping withdraws the sources from routers at once.
+	// Stopping withdraws the worker rank from routers at once; the ready
+	// owner is left to them (its runner still serves: they keep it
+	// detached for their TTL once the registration goes).
+	e.publish("", e.ev("store", true, "X"))
+	c.expect(s, "the owner's X", c.owner, "X@3", true)
 	if err := c.stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the sources gone", func() bool {
+	eventually(t, "the worker rank gone", func() bool {
 		_, w := s.isReady(c.worker)
-		_, o := s.isReady(c.owner)
-		return !w && !o
+		return !w
 	})
+	c.expect(s, "the owner left as it was", c.owner, "X@3", true)
 }
 
 func TestAgentVLLMOwnershipKVCR(t *testing.T) {

@@ -57,6 +57,12 @@ type engine struct {
 // buffer (0: the engines' default).
 func startEngine(t *testing.T, kind workerconfig.Engine, config string, buffer int) *engine {
 	t.Helper()
+	return startEngineWith(t, kind, config, buffer, nil)
+}
+
+// startEngineWith is startEngine with the configuration patched further.
+func startEngineWith(t *testing.T, kind workerconfig.Engine, config string, buffer int, patch func(cfg, extra, events map[string]any)) *engine {
+	t.Helper()
 	e := &engine{t: t, kind: kind, buffer: buffer}
 	e.enc.Format = kvencode.SGLangMap
 	if kind == workerconfig.EngineVLLM {
@@ -68,6 +74,9 @@ func startEngine(t *testing.T, kind workerconfig.Engine, config string, buffer i
 		events["endpoint"] = fmt.Sprintf("tcp://*:%d", e.port)
 		events["replay_endpoint"] = fmt.Sprintf("tcp://*:%d", e.replay)
 		e.topic, _ = events["topic"].(string)
+		if patch != nil {
+			patch(cfg, extra, events)
+		}
 	})
 	mux := http.NewServeMux()
 	mux.HandleFunc(configPath(kind), func(w http.ResponseWriter, _ *http.Request) { w.Write(cfg) })

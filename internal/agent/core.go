@@ -38,10 +38,20 @@ var _ ingest.Output = (*output)(nil)
 // and through the plane the consumers that mirror it.
 type output Core
 
+// CoreOption adjusts a Core.
+type CoreOption func(*ingest.Config)
+
+// ProbeRunners says the agent's runner prober reports the owners' runners
+// (SetRunner), perRank of them for each DP rank: owners then outlive their
+// engine (ingest.Config.ProbeRunners).
+func ProbeRunners(perRank int) CoreOption {
+	return func(c *ingest.Config) { c.ProbeRunners, c.Runners = true, perRank }
+}
+
 // NewCore returns the core of worker's agent for descriptor d, publishing
 // through plane. Every source starts detached and not ready; a rank's
 // sources become ready once its stream delivers a message.
-func NewCore(worker string, d *workerconfig.Descriptor, plane Plane, log *slog.Logger) (*Core, error) {
+func NewCore(worker string, d *workerconfig.Descriptor, plane Plane, log *slog.Logger, opts ...CoreOption) (*Core, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -55,6 +65,9 @@ func NewCore(worker string, d *workerconfig.Descriptor, plane Plane, log *slog.L
 	cfg := ingest.Config{BlockSize: d.KVBlockSize, TP: 1, InheritSalt: d.Engine == workerconfig.EngineVLLM, Log: log}
 	if d.InventoryAggregation == workerconfig.AggregateAllTPRanks {
 		cfg.TP = d.TPRanksPerDPRank
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	var all []index.Source
 	for _, dp := range d.DPRanks {
@@ -129,15 +142,45 @@ func (c *Core) SetEngineUp(up bool) {
 	}
 }
 
-// Stop announces that every source is gone: nobody will relay their
-// changes anymore, so no consumer may keep hinting from them.
-func (c *Core) Stop() {
-	for _, s := range c.loc.sources {
-		c.commit(s, relay.KindGone, nil, func() error { c.loc.set(s, false, false); return nil })
+// SetRunner reports what the runner prober found at one of DP rank dp's
+// runners.
+func (c *Core) SetRunner(dp int, r ingest.Runner) {
+	if err := c.ing.Step(dp, r); err != nil {
+		c.log.Error("agent: runner report for a DP rank the worker does not serve", "dp_rank", dp, "err", err)
 	}
-	c.loc.mu.Lock()
-	c.loc.gone = true
-	c.loc.mu.Unlock()
+}
+
+// Snapshot hands DP rank dp's engine snapshot (snapshot-v1) to the core,
+// before the rank's first stream item.
+func (c *Core) Snapshot(dp int, s *kvstream.Snapshot) {
+	in := ingest.Snapshot{Epoch: kvstream.EpochSuffix(s.Header.Epoch), ResumeSeq: s.Header.ResumeSeq, Blocks: s.Blocks}
+	if err := c.ing.Step(dp, in); err != nil {
+		c.log.Error("agent: snapshot of a DP rank the worker does not serve", "dp_rank", dp, "err", err)
+	}
+}
+
+// Stop announces, once the engine streams are no longer read, which
+// sources are gone: every worker rank (its blocks live in the engine,
+// which nobody relays anymore) and every cache owner that is not ready.
+// A ready owner is left as it is: its runner still serves what it holds,
+// and a router keeps it as a detached source for its detached-owner TTL
+// once the worker's registration goes (docs/wire.md §9.6). Either way a
+// router ends in the same state whichever of these messages and the
+// deregistration it reads first.
+func (c *Core) Stop() {
+	ready := c.loc.readiness()
+	for _, s := range c.loc.sources {
+		if s.IsOwner() && ready[s] {
+			continue
+		}
+		c.commit(s, relay.KindGone, nil, func() error {
+			c.loc.set(s, false, false)
+			c.loc.mu.Lock()
+			c.loc.gone[s] = true
+			c.loc.mu.Unlock()
+			return nil
+		})
+	}
 }
 
 // Apply changes the local index, through the plane while consumers mirror

@@ -243,10 +243,23 @@ func TestDPRanksAreIndependent(t *testing.T) {
 	h.expect("reset:w1 ready:w1", "w0=A@0; o0=A@1; w1=", "o0 o1 w0 w1")
 }
 
+// At stop the worker ranks are announced gone, and so are the cache owners
+// that are not ready; a ready owner is left as it is (its runner still
+// serves, and routers keep it detached for their TTL), in snapshots too.
 func TestStopAnnouncesGone(t *testing.T) {
 	h := newHarness(t, sglang, "sglang_linker_tp1")
-	h.feed(0, h.msg(0, "", h.ev("store", false, "A")))
-	h.expect("ready:w0 ready:o0 ops:w0", "w0=A@0", "o0 w0")
+	h.feed(0, h.msg(0, "", h.ev("store", false, "A"), h.ev("store", true, "A")))
+	h.expect("ready:w0 ready:o0 ops:w0 ops:o0", "w0=A@0; o0=A@3", "o0 w0")
+	h.core.Stop()
+	h.expect("gone:w0", "o0=A@3", "o0")
+	if s := h.plane.snapshot(h.core); len(s) != 1 || s[0].Source != h.byName["o0"] || !s[0].Ready || len(s[0].Ops) == 0 {
+		t.Fatalf("snapshot after stop: %+v", s)
+	}
+
+	h = newHarness(t, sglang, "sglang_linker_tp1")
+	h.feed(0, h.msg(0, "", h.ev("store", true, "A")))
+	h.feed(0, kvstream.Gap{Key: "k", From: 1, To: 1})
+	h.expect("ready:w0 ready:o0 ops:o0 reset:w0 reset:o0", "o0=", "")
 	h.core.Stop()
 	h.expect("gone:w0 gone:o0", "", "")
 	if s := h.plane.snapshot(h.core); len(s) != 0 {

@@ -31,11 +31,28 @@
 //
 // # Engine and NATS outages
 //
-// zmq4 has no heartbeats: an engine whose host vanishes leaves its stream
-// silent, not broken. The agent probes the engine's /health; once probes
-// fail for --engine-grace the rank's sources are reset and not ready (a
-// dead engine's runners cannot serve pulls either), until the engine
-// answers again and its stream delivers a batch. A lost NATS connection is
+// An engine whose host vanishes leaves its stream silent, not broken. The
+// agent probes the engine's /health; once probes fail for --engine-grace
+// the rank's worker source is reset and not ready, until the engine
+// answers again and its stream delivers a batch.
+//
+// # Cache owners and their runners
+//
+// A cache owner's inventory is its runners': the runner prober pings each
+// runner's control endpoint every --runner-probe for its start epoch. An
+// engine restart, reconnect or outage leaves the owner's inventory in
+// place, detached until every runner has answered again; a runner with a
+// new epoch, or one silent for --owner-ttl, has it dropped. Without the
+// prober the owner is reset with its engine.
+//
+// # Start and stop
+//
+// At start each rank catches up on its engine's history before any live
+// batch: the engine's snapshot-v1 cut where it offers one, then its
+// replay buffer from seq 0. On a clean stop the agent stops reading its
+// engines, announces gone every worker rank and every owner that is not
+// ready, flushes NATS and only then deregisters, so a router that reads
+// the deregistration has been sent the rest (docs/wire.md §9.6). A lost NATS connection is
 // redialed by nats.go; messages committed meanwhile may be lost, which
 // consumers notice from the cursor and repair with a snapshot; the lease
 // refresh is retried and a lapsed registration reappears at the next one.

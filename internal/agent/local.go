@@ -38,11 +38,11 @@ type local struct {
 	sources  []index.Source
 	attached map[index.Source]bool
 	ready    map[index.Source]bool
-	gone     bool
+	gone     map[index.Source]bool // announced gone at Stop
 }
 
 func newLocal(ix *index.Index, sources []index.Source) *local {
-	return &local{ix: ix, sources: sources, attached: map[index.Source]bool{}, ready: map[index.Source]bool{}}
+	return &local{ix: ix, sources: sources, attached: map[index.Source]bool{}, ready: map[index.Source]bool{}, gone: map[index.Source]bool{}}
 }
 
 func (l *local) isAttached(src index.Source) bool {
@@ -61,11 +61,11 @@ func (l *local) set(src index.Source, attached, ready bool) {
 func (l *local) states() []relay.State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.gone {
-		return nil
-	}
 	out := make([]relay.State, 0, len(l.sources))
 	for _, s := range l.sources {
+		if l.gone[s] {
+			continue
+		}
 		st := relay.State{Source: s, Ready: l.ready[s]}
 		if l.attached[s] {
 			st.Ops = l.ix.Dump(s)
@@ -81,7 +81,7 @@ func (l *local) readiness() map[index.Source]bool {
 	defer l.mu.Unlock()
 	out := make(map[index.Source]bool, len(l.sources))
 	for _, s := range l.sources {
-		out[s] = l.ready[s] && !l.gone
+		out[s] = l.ready[s] && !l.gone[s]
 	}
 	return out
 }

@@ -8,16 +8,20 @@ import (
 	"sync"
 	"time"
 
+	"kvrouter/internal/ingest"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/workerconfig"
 )
 
 // input is one thing for the core to handle: an item of a DP rank's
-// stream, or a change of the engine's health.
+// stream, its engine snapshot, a change of the engine's health, or what
+// the runner prober found at one of the rank's runners.
 type input struct {
 	dp     int
 	item   kvstream.Item
+	snap   *kvstream.Snapshot
 	health *bool
+	runner *ingest.Runner
 }
 
 // relay starts one subscriber per DP rank, the engine probe, and the core
@@ -45,9 +49,15 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 		}
 		a.subs = append(a.subs, sub)
 		out := make(chan kvstream.Item, 256)
+		started := make(chan struct{})
 		wg.Add(2)
 		go func(dp int) {
 			defer wg.Done()
+			select {
+			case <-started:
+			case <-ctx.Done():
+				return
+			}
 			if err := sub.Run(ctx, out); err != nil {
 				select { // the first failure stops the agent
 				case errs <- fmt.Errorf("agent: KV events of DP rank %d at %s (kv_events_config): %w", dp, cfg.Endpoint, err):
@@ -55,8 +65,20 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 				}
 			}
 		}(ev.DPRank)
-		go func(dp int) {
+		go func(dp int, snapshot string) {
 			defer wg.Done()
+			// The engine's cut comes first, and the subscriber's catch-up
+			// replay after it, so that the replay reaches its barrier.
+			if snapshot != "" {
+				if s := a.fetchSnapshot(ctx, dp, snapshot); s != nil {
+					select {
+					case in <- input{dp: dp, snap: s}:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+			close(started)
 			for {
 				select {
 				case <-ctx.Done():
@@ -69,9 +91,16 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 					}
 				}
 			}
-		}(ev.DPRank)
+		}(ev.DPRank, ev.SnapshotDial)
 		a.log.Info("agent: relaying KV events", "dp_rank", ev.DPRank, "endpoint", cfg.Endpoint, "bind", cfg.Bind,
-			"replay", ev.ReplayDial, "topic", ev.Topic)
+			"replay", ev.ReplayDial, "snapshot", ev.SnapshotDial, "topic", ev.Topic)
+	}
+	if a.probesRunners(d) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.probeRunners(ctx, d, in)
+		}()
 	}
 	if a.cfg.EngineGrace > 0 {
 		wg.Add(1)
@@ -88,9 +117,14 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 			case <-ctx.Done():
 				return
 			case x := <-in:
-				if x.health != nil {
+				switch {
+				case x.health != nil:
 					core.SetEngineUp(*x.health)
-				} else {
+				case x.runner != nil:
+					core.SetRunner(x.dp, *x.runner)
+				case x.snap != nil:
+					core.Snapshot(x.dp, x.snap)
+				default:
 					core.Handle(x.dp, x.item)
 				}
 			}

@@ -1,6 +1,9 @@
 // Package bus owns kvrouter's NATS connection: an embedded server for the
 // single-machine default, or a client of an external cluster. Discovery and
-// the event plane both ride on it.
+// the event plane both ride on it. Clients present a credential (a .creds
+// file, an nkey seed, user and password, or a token) and speak TLS when told;
+// an embedded server listening beyond loopback requires a token, generated
+// at start when none is given.
 package bus
 
 import (
@@ -9,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -32,6 +36,9 @@ type Options struct {
 	Name           string
 	ConnectTimeout time.Duration // default 5s
 	Logger         *slog.Logger
+	// Auth is the credential and TLS of the connection, and what an
+	// embedded server requires of its clients.
+	Auth Auth
 }
 
 // Bus is an open NATS connection, with the embedded server it started, if any.
@@ -39,6 +46,9 @@ type Bus struct {
 	Conn *nats.Conn
 	JS   jetstream.JetStream
 	URL  string // the client URL others can dial
+	// TokenFile holds the token clients of an embedded server present,
+	// when it requires one ("" otherwise).
+	TokenFile string
 
 	srv     *server.Server
 	tempDir string
@@ -53,14 +63,36 @@ func Open(ctx context.Context, opts Options) (*Bus, error) {
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 5 * time.Second
 	}
+	auth := opts.Auth
+	if err := auth.check(); err != nil {
+		return nil, err
+	}
 	b := &Bus{URL: opts.URL}
 	if opts.URL == "" {
-		if err := b.startEmbedded(opts); err != nil {
+		if err := b.startEmbedded(opts, &auth); err != nil {
 			return nil, err
 		}
 		log.Debug("embedded nats started", "url", b.URL)
+		if auth.Token != "" {
+			b.TokenFile = auth.TokenFile
+		}
+		if opts.Auth.Token == "" && auth.Token != "" {
+			log.Info("embedded NATS listens beyond loopback: clients must present the token generated in the file (agents: --nats-token-file)",
+				"file", auth.TokenFile)
+		}
 	}
-	conn, err := nats.Connect(b.URL,
+	cred, err := auth.credentialOptions()
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	url, secure := b.URL, auth.tlsOptions()
+	if b.srv != nil && auth.TLSCert != "" {
+		// Its own server's clients speak TLS and may have to present
+		// certificates: this one is in the same process and needs neither.
+		url, secure = strings.Replace(url, "tls://", "nats://", 1), []nats.Option{nats.InProcessServer(b.srv)}
+	}
+	conn, err := nats.Connect(url, append(append(cred, secure...),
 		nats.Name(opts.Name),
 		nats.Timeout(opts.ConnectTimeout),
 		nats.MaxReconnects(-1),
@@ -72,10 +104,15 @@ func Open(ctx context.Context, opts Options) (*Bus, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
-	)
+	)...)
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		b.Close()
+		return nil, fmt.Errorf("%w: %s refused the credential (check --nats-creds, --nats-nkey, --nats-user or --nats-token-file): %v", ErrAuth, b.URL, err)
+	}
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("%w at %s (check the NATS URL and that the server runs with JetStream enabled): %v", ErrUnreachable, b.URL, err)
+		return nil, fmt.Errorf("%w at %s (check the NATS URL, its TLS (--nats-tls-ca, --nats-tls-cert, --nats-tls-key) and that the server runs with JetStream enabled): %v",
+			ErrUnreachable, b.URL, err)
 	}
 	b.Conn = conn
 	js, err := jetstream.New(conn)
@@ -87,7 +124,7 @@ func Open(ctx context.Context, opts Options) (*Bus, error) {
 	return b, nil
 }
 
-func (b *Bus) startEmbedded(opts Options) error {
+func (b *Bus) startEmbedded(opts Options, auth *Auth) error {
 	host := opts.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -96,25 +133,28 @@ func (b *Bus) startEmbedded(opts Options) error {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	dir := opts.StoreDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "kvrouter-nats-")
-		if err != nil {
-			return fmt.Errorf("embedded nats store: %w", err)
-		}
-		dir, b.tempDir = d, d
-	}
-	srv, err := server.NewServer(&server.Options{
+	so := &server.Options{
 		ServerName:         "kvrouter-embedded",
 		Host:               host,
 		Port:               port,
 		JetStream:          true,
-		StoreDir:           dir,
+		StoreDir:           opts.StoreDir,
 		JetStreamMaxMemory: 256 << 20,
 		NoSigs:             true,
 		NoLog:              true,
 		MaxPayload:         8 << 20,
-	})
+	}
+	if err := auth.serve(so, host); err != nil {
+		return err
+	}
+	if so.StoreDir == "" {
+		d, err := os.MkdirTemp("", "kvrouter-nats-")
+		if err != nil {
+			return fmt.Errorf("embedded nats store: %w", err)
+		}
+		so.StoreDir, b.tempDir = d, d
+	}
+	srv, err := server.NewServer(so)
 	if err != nil {
 		return fmt.Errorf("embedded nats: %w", err)
 	}

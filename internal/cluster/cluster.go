@@ -98,6 +98,9 @@ type Engine struct {
 	Events, Replay []string
 	TP, DP         int
 	PID, AgentPID  int
+
+	// Snapshot are an SGLang engine's snapshot-v1 endpoints per DP rank.
+	Snapshot []string
 }
 
 // ControlEndpoint is the runner endpoint hints name for DP rank d.
@@ -105,7 +108,9 @@ func (e Engine) ControlEndpoint(d int) string { return e.Control[d*e.TP] }
 
 // Router is one running router.
 type Router struct {
-	URL   string
+	URL string
+	// Admin is the base URL of its operator views (/metrics, /debug/*).
+	Admin string
 	Flags []string
 	PID   int
 	proc  *proc
@@ -155,6 +160,16 @@ func (c *Cluster) RouterURL() string {
 		return ""
 	}
 	return c.routers[0].URL
+}
+
+// RouterAdminURL is the base URL of the first router's operator views.
+func (c *Cluster) RouterAdminURL() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.routers) == 0 {
+		return ""
+	}
+	return c.routers[0].Admin
 }
 
 // PIDs lists every child process, routers included.
@@ -233,8 +248,14 @@ func workerID(i int) string {
 }
 
 // enginePorts is how many ports one engine binds: HTTP, a runner per
-// attention rank, and events and replay per DP rank.
-func (o *Options) enginePorts() int { return 1 + o.DP*o.TP + 2*o.DP }
+// attention rank, and events, replay and (SGLang) snapshots per DP rank.
+func (o *Options) enginePorts() int {
+	n := 1 + o.DP*o.TP + 2*o.DP
+	if o.snapshots() {
+		n += o.DP
+	}
+	return n
+}
 
 // Start brings the cluster up and waits until every router sees every
 // worker with its sources ready. On failure nothing is left running and
@@ -289,7 +310,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 // start runs one attempt with a fresh port range.
 func (c *Cluster) start(ctx context.Context) error {
 	o := &c.opts
-	pr, err := allocate(o.Engines*o.enginePorts() + len(o.RouterFlags))
+	pr, err := allocate(o.Engines*o.enginePorts() + routerPorts*len(o.RouterFlags))
 	if err != nil {
 		return err
 	}
@@ -315,7 +336,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	var routers []Router
 	for _, flags := range o.RouterFlags {
-		r, err := c.spawnRouter(cur.take(1), flags)
+		r, err := c.spawnRouter(cur.take(routerPorts), flags)
 		if err != nil {
 			return err
 		}
@@ -346,13 +367,17 @@ func (c *Cluster) spawn(name string, args []string) (*proc, error) {
 	return p, nil
 }
 
+// routerPorts are a router's ports: the OpenAI front door, then the
+// operator views.
+const routerPorts = 2
+
 func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
 	c.mu.Lock()
 	name := "router-" + strconv.Itoa(c.routersStarted)
 	c.routersStarted++
 	c.mu.Unlock()
-	url := "http://" + hostPort(port)
-	args := []string{"serve", "--listen", hostPort(port), "--nats", c.bus.URL, "--log-level", c.opts.LogLevel}
+	args := []string{"serve", "--listen", hostPort(port), "--admin-listen", hostPort(port + 1), "--nats", c.bus.URL,
+		"--log-level", c.opts.LogLevel}
 	if !slices.Contains(flags, "--tokenizer") {
 		// The simulated engines tokenize with the embedded demo tokenizer.
 		args = append(args, "--tokenizer", "demo")
@@ -362,7 +387,7 @@ func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
 	if err != nil {
 		return Router{}, err
 	}
-	r := Router{URL: url, Flags: flags, PID: p.PID(), proc: p}
+	r := Router{URL: "http://" + hostPort(port), Admin: "http://" + hostPort(port+1), Flags: flags, PID: p.PID(), proc: p}
 	c.mu.Lock()
 	c.routers = append(c.routers, r)
 	c.mu.Unlock()
@@ -373,7 +398,7 @@ func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
 // waits until it sees every worker ready: a benchmark can run one policy
 // after another against the same warm engines.
 func (c *Cluster) AddRouter(ctx context.Context, flags []string) (Router, error) {
-	pr, err := allocate(1)
+	pr, err := allocate(routerPorts)
 	if err != nil {
 		return Router{}, err
 	}

@@ -80,8 +80,8 @@ func TestStartStop(t *testing.T) {
 	})
 	var endpoints []string
 	for _, e := range c.Engines() {
-		if len(e.Control) != 4 || len(e.Events) != 2 || len(e.Replay) != 2 {
-			t.Fatalf("engine %s: %d control, %d events, %d replay endpoints", e.ID, len(e.Control), len(e.Events), len(e.Replay))
+		if len(e.Control) != 4 || len(e.Events) != 2 || len(e.Replay) != 2 || len(e.Snapshot) != 2 {
+			t.Fatalf("engine %s: %d control, %d events, %d replay, %d snapshot endpoints", e.ID, len(e.Control), len(e.Events), len(e.Replay), len(e.Snapshot))
 		}
 		if e.ControlEndpoint(1) != e.Control[2] {
 			t.Fatalf("engine %s: DP rank 1's hint endpoint %s, want TP rank 0's %s", e.ID, e.ControlEndpoint(1), e.Control[2])
@@ -90,9 +90,10 @@ func TestStartStop(t *testing.T) {
 		endpoints = append(endpoints, e.Control...)
 		endpoints = append(endpoints, e.Events...)
 		endpoints = append(endpoints, e.Replay...)
+		endpoints = append(endpoints, e.Snapshot...)
 	}
 	for _, r := range c.Routers() {
-		endpoints = append(endpoints, r.URL)
+		endpoints = append(endpoints, r.URL, r.Admin)
 	}
 	if len(c.Routers()) != 2 || c.RouterURL() != c.Routers()[0].URL {
 		t.Fatalf("routers %+v, RouterURL %s", c.Routers(), c.RouterURL())
@@ -112,7 +113,7 @@ func TestStartStop(t *testing.T) {
 			t.Errorf("nothing listens on %s", ep)
 		}
 	}
-	if want := 2*(1+4+2+2) + 2; len(ports) != want {
+	if want := 2*(1+4+2+2+2) + 2*2; len(ports) != want {
 		t.Fatalf("%d ports, want %d", len(ports), want)
 	}
 	pids := c.PIDs()

@@ -8,8 +8,9 @@ import (
 )
 
 // newEngine lays out one engine's ports: HTTP, then a runner per attention
-// rank, then the event and replay endpoints per DP rank, each run
-// consecutive because the mocker offsets a base port by the rank.
+// rank, then the event and replay endpoints per DP rank, and for SGLang the
+// snapshot-v1 endpoints per DP rank, each run consecutive because the
+// mocker offsets a base port by the rank.
 func newEngine(o *Options, id string, cur *portCursor) Engine {
 	e := Engine{ID: id, TP: o.TP, DP: o.DP}
 	e.URL = "http://" + hostPort(cur.take(1))
@@ -22,8 +23,17 @@ func newEngine(o *Options, id string, cur *portCursor) Engine {
 		e.Events = append(e.Events, "tcp://"+hostPort(events+d))
 		e.Replay = append(e.Replay, "tcp://"+hostPort(replay+d))
 	}
+	if o.snapshots() {
+		snap := cur.take(o.DP)
+		for d := range o.DP {
+			e.Snapshot = append(e.Snapshot, "tcp://"+hostPort(snap+d))
+		}
+	}
 	return e
 }
+
+// snapshots says whether the engines serve snapshot-v1: SGLang's do.
+func (o *Options) snapshots() bool { return o.Flavor == "sglang" }
 
 // engineArgs is the `kvrouter mocker` command line of e. The engine dials
 // its agent with the events (llm-d's connect mode) rather than binding
@@ -53,6 +63,9 @@ func engineArgs(o *Options, e Engine) []string {
 		if f.v != 0 {
 			args = append(args, f.flag, strconv.Itoa(f.v))
 		}
+	}
+	if len(e.Snapshot) > 0 {
+		args = append(args, "--kv-events-snapshot-endpoint", e.Snapshot[0])
 	}
 	if o.PrefillPerToken != 0 {
 		args = append(args, "--prefill-us-per-token", fmtFloat(float64(o.PrefillPerToken)/float64(time.Microsecond)))

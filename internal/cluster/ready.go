@@ -88,7 +88,7 @@ func (c *Cluster) waitRouter(ctx context.Context, r Router, poke bool) error {
 			return err
 		}
 		var v workersView
-		err := getJSON(ctx, r.URL+"/debug/workers", &v)
+		err := getJSON(ctx, r.Admin+"/debug/workers", &v)
 		if err == nil {
 			missing = c.notReady(v)
 			if len(missing) == 0 {

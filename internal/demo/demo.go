@@ -68,14 +68,16 @@ type Options struct {
 
 // Result is the demo's summary, the JSON of --json.
 type Result struct {
-	Engines  int     `json:"engines"`
-	Flavor   string  `json:"flavor"`
-	Sessions int     `json:"sessions"`
-	Turns    int     `json:"turns"`
-	Router   string  `json:"router"`
-	LogDir   string  `json:"log_dir"`
-	StartMS  float64 `json:"start_ms"`
-	WallMS   float64 `json:"wall_ms"`
+	Engines  int    `json:"engines"`
+	Flavor   string `json:"flavor"`
+	Sessions int    `json:"sessions"`
+	Turns    int    `json:"turns"`
+	Router   string `json:"router"`
+	// RouterAdmin is the base URL of the router's operator views.
+	RouterAdmin string  `json:"router_admin"`
+	LogDir      string  `json:"log_dir"`
+	StartMS     float64 `json:"start_ms"`
+	WallMS      float64 `json:"wall_ms"`
 	loadgen.NamedSummary
 }
 
@@ -141,7 +143,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Engines: o.Engines, Flavor: o.Flavor, Sessions: o.Workload.Sessions, Turns: o.Workload.Turns,
-		Router: c.RouterURL(), LogDir: c.LogDir(), StartMS: ms(time.Since(start))}
+		Router: c.RouterURL(), RouterAdmin: c.RouterAdminURL(), LogDir: c.LogDir(), StartMS: ms(time.Since(start))}
 	err = run(ctx, &o, c, reqs, &res)
 	if err == nil && o.Keep {
 		fmt.Fprintln(o.Err, "cluster kept running; press Ctrl-C to stop it")
@@ -161,7 +163,7 @@ func run(ctx context.Context, o *Options, c *cluster.Cluster, reqs []workload.Re
 	}
 	res.WallMS = ms(out.Wall)
 	res.NamedSummary = loadgen.NamedSummary{Name: "kvrouter", Summary: out.Summary()}
-	res.HintsIssued, res.HintsSkipped, err = hintCounts(ctx, res.Router)
+	res.HintsIssued, res.HintsSkipped, err = hintCounts(ctx, res.RouterAdmin)
 	if err != nil {
 		return fmt.Errorf("demo: router metrics: %w", err)
 	}
@@ -185,12 +187,12 @@ func printSummary(w io.Writer, r *Result, keep bool) error {
 		r.HintsIssued, r.HintsSkipped, r.TTFTP50, r.TTFTP90, r.Errors)
 	if keep {
 		fmt.Fprintf(&b, "\nwhere to look next (the cluster runs until Ctrl-C):\n")
-		fmt.Fprintf(&b, "  curl %s%s                 workers, ranks, readiness, cached blocks per tier\n", r.Router, pathWorkers)
-		fmt.Fprintf(&b, "  curl -d '{\"model\":%q,\"prompt\":\"hello\"}' %s%s   the decision for a request, nothing sent\n", cluster.Model, r.Router, pathRoute)
-		fmt.Fprintf(&b, "  curl %s%s                        Prometheus metrics (kvrouter_hints_total, ...)\n", r.Router, pathMetrics)
+		fmt.Fprintf(&b, "  curl %s%s                 workers, ranks, readiness, cached blocks per tier\n", r.RouterAdmin, pathWorkers)
+		fmt.Fprintf(&b, "  curl -d '{\"model\":%q,\"prompt\":\"hello\"}' %s%s   the decision for a request, nothing sent\n", cluster.Model, r.RouterAdmin, pathRoute)
+		fmt.Fprintf(&b, "  curl %s%s                        Prometheus metrics (kvrouter_hints_total, ...)\n", r.RouterAdmin, pathMetrics)
 		fmt.Fprintf(&b, "  curl -d '{\"model\":%q,\"prompt\":\"hello\",\"max_tokens\":8}' %s%s\n", cluster.Model, r.Router, pathComplete)
 	} else {
-		fmt.Fprintf(&b, "\nrun with --keep to explore the cluster afterwards (%s, %s, %s on the router)\n", pathWorkers, pathRoute, pathMetrics)
+		fmt.Fprintf(&b, "\nrun with --keep to explore the cluster afterwards (%s, %s, %s on the router's operator port)\n", pathWorkers, pathRoute, pathMetrics)
 	}
 	fmt.Fprintf(&b, "  logs of every process: %s\n", r.LogDir)
 	_, err := io.WriteString(w, b.String())

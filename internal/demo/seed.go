@@ -136,6 +136,7 @@ type seedRun struct {
 	c      *cluster.Cluster
 	a, b   cluster.Engine
 	router string
+	admin  string // the router's operator views
 	prompt []uint32
 	body   map[string]any
 	res    SeedResult
@@ -162,7 +163,7 @@ func Seed(ctx context.Context, o SeedOptions) (SeedResult, error) {
 	if err != nil {
 		return SeedResult{}, err
 	}
-	r := &seedRun{c: c, a: c.Engines()[0], b: c.Engines()[1], router: c.RouterURL(), prompt: seedPrompt()}
+	r := &seedRun{c: c, a: c.Engines()[0], b: c.Engines()[1], router: c.RouterURL(), admin: c.RouterAdminURL(), prompt: seedPrompt()}
 	r.body = map[string]any{"model": cluster.Model, "prompt": r.prompt, "max_tokens": seedMaxTokens, "temperature": 0}
 	r.step("start_cluster", start, true, map[string]any{"router": r.router, "A": r.a.ControlEndpoint(0),
 		"B": r.b.ControlEndpoint(0), "log_dir": c.LogDir()})
@@ -235,7 +236,7 @@ func (r *seedRun) send(ctx context.Context, name, target string, check func(comp
 
 func (r *seedRun) route(ctx context.Context) (routeView, error) {
 	var v routeView
-	_, err := cluster.PostJSON(ctx, r.router+pathRoute, "B", r.body, &v)
+	_, err := cluster.PostJSON(ctx, r.admin+pathRoute, "B", r.body, &v)
 	return v, err
 }
 

@@ -46,6 +46,9 @@ func (f *Fleet) Run(ctx context.Context) {
 	f.warned = map[string]bool{}
 	var wg sync.WaitGroup
 	for _, spec := range f.Specs {
+		if spec.replay != "" && spec.events == "" && f.EventsBind == "" {
+			f.Log.Warn("worker: replay= without events= serves engines that send to --events-bind; ignored", "worker", spec.ID)
+		}
 		fw := &flagWorker{spec: spec}
 		f.byHost[spec.hostPort()] = fw
 		wg.Go(func() { f.bringUp(ctx, fw) })
@@ -127,7 +130,22 @@ func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank in
 			return
 		}
 	}
-	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: ep, ReplayEndpoint: replay, Logger: f.Log})
+	if spec.snapshot != "" {
+		// The cut first, so that the catch-up replay reaches its barrier.
+		snap, err := kvstream.EndpointForRank(spec.snapshot, rank)
+		if err != nil {
+			f.Log.Error("worker: snapshot endpoint", "worker", in.id, "snapshot", spec.snapshot, "err", err)
+			return
+		}
+		if s, err := kvstream.FetchSnapshot(ctx, snap, kvstream.SnapshotClientConfig{Logger: f.Log}); err != nil {
+			f.Log.Warn("worker: engine snapshot unavailable; catching up from the replay buffer alone", "worker", in.id, "dp_rank", rank, "err", err)
+		} else {
+			in.snapshot(rank, s)
+		}
+	}
+	// An idle engine's history is the router's initial inventory: the
+	// catch-up replays it at the first connection.
+	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: ep, ReplayEndpoint: replay, CatchUp: replay != "", Logger: f.Log})
 	if err != nil {
 		f.Log.Error("worker: events", "worker", in.id, "err", err)
 		return
@@ -158,7 +176,9 @@ func pump(ctx context.Context, sub *kvstream.Subscriber, log *slog.Logger, handl
 // convention): the topic kv@<host>:<port>@<model> names the worker by its
 // URL's host:port. A worker first seen here leaves approximate mode.
 func (f *Fleet) bind(ctx context.Context) {
-	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: f.EventsBind, Bind: true, Logger: f.Log})
+	// Engines are known by topic only once they send: each catches up on
+	// its history at its first batch, from its worker's replay=.
+	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: f.EventsBind, Bind: true, CatchUp: true, ReplayFor: f.replayFor, Logger: f.Log})
 	if err != nil {
 		f.Log.Error("--events-bind", "endpoint", f.EventsBind, "err", err)
 		return
@@ -176,14 +196,32 @@ func (f *Fleet) bind(ctx context.Context) {
 	})
 }
 
+// replayFor is the replay endpoint of the --events-bind engine a publisher
+// key names: its worker's replay=, when the worker has one DP rank (in
+// bind mode the ranks of one engine share its topic, and so its key).
+func (f *Fleet) replayFor(key string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fw := f.byHost[topicHost(key)]
+	if fw == nil || fw.spec.events != "" || fw.spec.dp != 1 {
+		return ""
+	}
+	return fw.spec.replay
+}
+
+// topicHost is the host:port of a kv@<host>:<port>@<model> topic.
+func topicHost(topic string) string {
+	parts := strings.SplitN(topic, "@", 3)
+	if len(parts) == 3 {
+		return parts[1]
+	}
+	return ""
+}
+
 // bound returns the ingest of the worker a bind-mode topic names, switching
 // the worker to events mode at its first batch.
 func (f *Fleet) bound(topic string) *ingest {
-	parts := strings.SplitN(topic, "@", 3)
-	host := ""
-	if len(parts) == 3 {
-		host = parts[1]
-	}
+	host := topicHost(topic)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fw := f.byHost[host]

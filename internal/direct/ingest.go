@@ -16,8 +16,9 @@ import (
 
 // ingest applies one engine's KV event stream (no state agent) to the
 // router through the ingest core, which decides; the router's sink is its
-// output. An engine has no snapshot to offer: what a rank lost, it starts
-// over from, and what arrives next is all the router knows.
+// output. A rank catches up at start from its engine's snapshot-v1 cut
+// (SGLang, snapshot=) and replay buffer (replay=); what a rank lost later,
+// it starts over from, and what arrives next is all the router knows.
 type ingest struct {
 	id   string
 	dp   int
@@ -45,6 +46,7 @@ var droppedLabel = [kvingest.NumReasons]string{
 	kvingest.RejectBlockSize: "block_size", kvingest.RejectEvent: "invalid", kvingest.RejectTopic: "tp_shard",
 	kvingest.DropPlaceholder: "placeholder", kvingest.DropOtherGroup: "kv_group", kvingest.DropNoOwner: "no_owner",
 	kvingest.DropUnattributed: "unattributed", kvingest.DropUnknownParent: "unknown_parent", kvingest.DropInvalid: "rejected",
+	kvingest.DropUncut: "uncut", kvingest.DropDuplicate: "duplicate",
 }
 
 // newEngineIngest returns the ingest of spec's events into sink. The
@@ -97,6 +99,11 @@ func (in *ingest) handle(it kvstream.Item, rank int) {
 		in.m.eventGaps.WithLabelValues("reconnect").Inc()
 		in.step(rank, kvingest.Reconnected{})
 	}
+}
+
+// snapshot hands rank's engine snapshot to the core, before its stream.
+func (in *ingest) snapshot(rank int, s *kvstream.Snapshot) {
+	in.step(rank, kvingest.Snapshot{Epoch: kvstream.EpochSuffix(s.Header.Epoch), ResumeSeq: s.Header.ResumeSeq, Blocks: s.Blocks})
 }
 
 // step feeds x to the core for rank, or for every rank when rank is -1.

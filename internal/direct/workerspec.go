@@ -27,7 +27,8 @@ type WorkerSpec struct {
 	ID        string
 	url       string
 	events    string // the engine's bound PUB, dialable; "" for approximate mode
-	replay    string // its replay ROUTER; "" for none
+	replay    string // its replay ROUTER ("" for none): with events, or an engine sending to --events-bind
+	snapshot  string // its SGLang snapshot-v1 ROUTER ("" for none), with events
 	blockSize int
 	dp        int
 	// tp is the tensor-parallel ranks per DP rank. Above 1, each TP rank's
@@ -45,6 +46,7 @@ const (
 	wkURL       = "url"
 	wkEvents    = "events"
 	wkReplay    = "replay"
+	wkSnapshot  = "snapshot"
 	wkBlockSize = "block_size"
 	wkDP        = "dp"
 	wkTP        = "tp"
@@ -56,7 +58,8 @@ const (
 )
 
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
-// [,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M][,engine=E][,hint=P].
+// [,snapshot=...][,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M]
+// [,engine=E][,hint=P].
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	spec := WorkerSpec{blockSize: DefaultBlockSize, dp: 1, tp: 1, engine: router.EngineVLLM}
 	seen := map[string]bool{}
@@ -77,6 +80,8 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			spec.events = v
 		case wkReplay:
 			spec.replay = v
+		case wkSnapshot:
+			spec.snapshot = v
 		case wkBlockSize:
 			spec.blockSize, err = positive(v)
 		case wkDP:
@@ -99,7 +104,7 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			p, err = parsePlacement(v)
 			spec.placement = &p
 		default:
-			err = fmt.Errorf("unknown key; known: url, events, replay, block_size, dp, tp, type, id, model, engine, hint")
+			err = fmt.Errorf("unknown key; known: url, events, replay, snapshot, block_size, dp, tp, type, id, model, engine, hint")
 		}
 		if err != nil {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
@@ -112,14 +117,14 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	if spec.ID == "" {
 		spec.ID = u.Host
 	}
-	for k, ep := range map[string]string{wkEvents: spec.events, wkReplay: spec.replay} {
+	for k, ep := range map[string]string{wkEvents: spec.events, wkReplay: spec.replay, wkSnapshot: spec.snapshot} {
 		if ep != "" && kvstream.Binds(ep) && strings.HasPrefix(ep, "tcp://") {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s=%s: the engine binds there; give the address the router dials (tcp://ENGINE_HOST:PORT)",
 				errWorkerFlag, s, k, ep)
 		}
 	}
-	if spec.replay != "" && spec.events == "" {
-		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", errWorkerFlag, s)
+	if spec.snapshot != "" && (spec.events == "" || spec.engine != router.EngineSGLang) {
+		return WorkerSpec{}, fmt.Errorf("%w %q: snapshot (SGLang's snapshot_endpoint) needs events and engine=sglang", errWorkerFlag, s)
 	}
 	if spec.tp > 1 && spec.engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's

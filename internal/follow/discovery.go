@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"kvrouter/internal/discovery"
+	"kvrouter/internal/hints"
 	"kvrouter/internal/relay"
 	"kvrouter/internal/router"
 )
@@ -24,6 +25,9 @@ type Discovery struct {
 	Metrics  *Metrics
 	Log      *slog.Logger
 	Now      func() time.Time
+	// PeerAllow widens the runner endpoints a registration may name
+	// beyond its worker's own host.
+	PeerAllow PeerAllow
 
 	wg        sync.WaitGroup
 	followers map[string]*follower
@@ -116,9 +120,25 @@ func (d *Discovery) put(dw discovery.Worker) {
 		}
 		return
 	}
+	if w.Refusal == "" && len(w.Capability.Endpoints) > 0 {
+		if err := d.PeerAllow.check(dw.URL, w.Capability.Endpoints); err != nil {
+			// Its endpoints are never named in a hint: engines would pull
+			// from wherever the registration points.
+			w.Capability, w.Refusal = hints.Capability{}, err.Error()
+			if d.refused[dw.ID] != w.Refusal {
+				d.refused[dw.ID] = w.Refusal
+				d.Metrics.peerRefused.Inc()
+				d.Log.Warn("discovery: registration names a runner endpoint away from its worker's host; the worker routes without hints "+
+					"(add the endpoint's network to --peer-allow if it is right)", "worker", w.ID, "err", err)
+			}
+		}
+	}
 	if w.Refusal != "" && d.refused[dw.ID] != w.Refusal {
 		d.refused[dw.ID] = w.Refusal
 		d.Log.Info("discovery: worker routes without hints", "worker", w.ID, "reason", w.Refusal)
+	}
+	if w.Refusal == "" {
+		delete(d.refused, dw.ID) // a refusal coming back is news again
 	}
 	if dw.Events == "" {
 		// No agent relays its events: guess from routing decisions.

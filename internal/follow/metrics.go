@@ -8,6 +8,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	resyncs       *prometheus.CounterVec
 	discoveryLost prometheus.Counter
+	peerRefused   prometheus.Counter
 }
 
 // NewMetrics registers the discovery follower's metrics on reg.
@@ -17,6 +18,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Snapshots taken from state agents, by reason (start, gap, epoch, rejected, malformed, overflow)."}, []string{"reason"})
 	m.discoveryLost = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_discovery_watch_lost_total",
 		Help: "Times the discovery watch was lost (no hints from agent-registered sources until it is back)."})
-	reg.MustRegister(m.resyncs, m.discoveryLost)
+	m.peerRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_peer_endpoints_refused_total",
+		Help: "Registrations refused as hint sources and targets because a runner endpoint they name is neither on the worker's host nor within --peer-allow (counted once per registration change)."})
+	reg.MustRegister(m.resyncs, m.discoveryLost, m.peerRefused)
 	return m
 }

@@ -119,8 +119,10 @@ func BenchmarkReadBody(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r := httptest.NewRequest("POST", "/v1/completions", bytes.NewReader(body))
-		if got, aerr := s.readBody(w, r, nil); aerr != nil || len(got) != len(body) {
+		got, held, aerr := s.readBody(w, r, nil)
+		if aerr != nil || len(got) != len(body) {
 			b.Fatal(aerr)
 		}
+		s.releaseBody(held)
 	}
 }

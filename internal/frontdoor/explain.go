@@ -23,7 +23,8 @@ type Explained struct {
 // endpoint it was meant for. When the request cannot be decided, Explain
 // has written the error to w and ok is false.
 func (s *Server) Explain(w http.ResponseWriter, r *http.Request) (e Explained, ok bool) {
-	body, aerr := s.readBody(w, r, nil)
+	body, held, aerr := s.readBody(w, r, nil)
+	defer s.releaseBody(held)
 	if aerr != nil {
 		writeError(w, aerr)
 		return Explained{}, false

@@ -71,7 +71,15 @@ func (l *Local) Tokenize(_ context.Context, req *Request) ([]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A prompt too long for the model's context by its bytes alone is
+	// refused before any work is spent encoding it.
+	fits := func(text string) error {
+		return checkContextBytes(req.Model, text, req.context, l.Model.Tok.MaxBytesPerToken())
+	}
 	if req.Kind == KindCompletion {
+		if err := fits(req.Prompt); err != nil {
+			return nil, err
+		}
 		return l.Text(req.Prompt, add), nil
 	}
 	if req.Messages == nil {
@@ -81,7 +89,8 @@ func (l *Local) Tokenize(_ context.Context, req *Request) ([]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, ids, err := l.Chat(cr, add)
+	// The rendered text, not the messages: a template may trim them.
+	_, ids, err := l.chat(cr, add, fits)
 	return ids, err
 }
 
@@ -96,16 +105,14 @@ func (l *Local) Text(text string, addSpecial bool) []uint32 {
 // addSpecial is the request's add_special_tokens (default false for chats:
 // the template carries the special tokens).
 func (l *Local) Chat(cr *tokenizer.ChatRequest, addSpecial bool) (string, []uint32, error) {
-	var text string
-	var ids []uint32
-	var err error
-	if addSpecial {
-		if text, err = l.Model.RenderChat(cr); err == nil {
-			ids = l.Model.EncodeText(text, true)
-		}
-	} else {
-		text, ids, err = l.Model.EncodeChat(cr)
-	}
+	return l.chat(cr, addSpecial, nil)
+}
+
+// chat is Chat with a check of the rendered text before it is encoded.
+func (l *Local) chat(cr *tokenizer.ChatRequest, addSpecial bool, check func(string) error) (string, []uint32, error) {
+	// Model.EncodeChat, with the request's add_special_tokens and the
+	// check between rendering and encoding.
+	text, err := l.Model.RenderChat(cr)
 	switch {
 	case errors.Is(err, tokenizer.ErrBadMessage):
 		return "", nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -114,7 +121,12 @@ func (l *Local) Chat(cr *tokenizer.ChatRequest, addSpecial bool) (string, []uint
 		// about the request, which is routed on load alone meanwhile.
 		return "", nil, err
 	}
-	return text, ids, nil
+	if check != nil {
+		if err := check(text); err != nil {
+			return "", nil, err
+		}
+	}
+	return text, l.Model.EncodeText(text, addSpecial), nil
 }
 
 // Members of a chat request that shape its prompt besides messages.

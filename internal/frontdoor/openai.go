@@ -54,6 +54,9 @@ type Request struct {
 	// top is the body's top-level members by (unescaped) key, as parsed:
 	// what the forwarded body's edits need to know of it.
 	top map[string]json.RawMessage
+	// context is the model's context in tokens (0: unknown), for a
+	// tokenizer to refuse a text too long for it before encoding it.
+	context int
 }
 
 // Members routing reads, matched exactly as engines (Python's json) do:

@@ -45,8 +45,9 @@ const (
 	retryNoAnswer
 )
 
-// maxResponse bounds a non-streamed response body held to read its usage.
-const maxResponse = 64 << 20
+// maxResponse bounds a non-streamed response body held to read its usage;
+// a larger one is not passed on (a variable for tests).
+var maxResponse = 64 << 20
 
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
 	"Transfer-Encoding", "Upgrade", "Proxy-Connection"}
@@ -192,7 +193,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
-		b, err = readAll(nil, io.LimitReader(resp.Body, maxResponse), resp.ContentLength, maxResponse)
+		b, err = readAll(nil, io.LimitReader(resp.Body, int64(maxResponse)+1), resp.ContentLength, int64(maxResponse), nil)
+		if err == nil && len(b) > maxResponse {
+			err = errAnswerTooLarge
+		}
 		if err == nil {
 			if u := responseUsage(b); u != nil {
 				report(u)
@@ -209,6 +213,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		return sendResult{outcome: outcomeCanceled}
 	case err == nil:
 		return sendResult{outcome: outcome}
+	case errors.Is(err, errEventTooLarge):
+		return s.tooLarge(w, t.Worker, p, started, oversizeEvent, maxEvent)
+	case errors.Is(err, errAnswerTooLarge):
+		return s.tooLarge(w, t.Worker, p, started, oversizeAnswer, maxResponse)
 	}
 	s.Metrics.upstreamFailures.WithLabelValues(failureBrokeOff).Inc()
 	s.Router.ReportSuspect(t.Worker.ID, t.Worker.URL, s.Now())
@@ -443,7 +451,10 @@ func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, start, onFi
 		return nil
 	}
 	for {
-		line, err := readLine(br)
+		line, err := readLine(br, maxEvent-len(ev))
+		if errors.Is(err, errEventTooLarge) {
+			return err
+		}
 		ev = append(ev, line...)
 		if len(line) > 0 && (line[0] == '\n' || line[0] == '\r' && len(line) == 2) {
 			if werr := emit(); werr != nil {
@@ -470,15 +481,22 @@ func relaySSE(w http.ResponseWriter, body io.Reader, dropUsage bool, start, onFi
 	}
 }
 
-// readLine returns the next line with its newline, however long.
-func readLine(br *bufio.Reader) ([]byte, error) {
+// readLine returns the next line with its newline, errEventTooLarge past
+// max bytes.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
+	if len(line) > max {
+		return nil, errEventTooLarge
+	}
 	if !errors.Is(err, bufio.ErrBufferFull) {
 		return line, err
 	}
 	out := append([]byte(nil), line...)
 	for errors.Is(err, bufio.ErrBufferFull) {
 		line, err = br.ReadSlice('\n')
+		if len(out)+len(line) > max {
+			return nil, errEventTooLarge
+		}
 		out = append(out, line...)
 	}
 	return out, err

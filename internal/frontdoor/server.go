@@ -3,13 +3,11 @@
 package frontdoor
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -47,6 +45,14 @@ type Server struct {
 	AllowTargetOverride bool
 	// MaxBody bounds a request body in bytes.
 	MaxBody int64
+	// BodyTimeout bounds the time a client takes to send a body once its
+	// head is read (0: DefaultBodyTimeout); MaxBodyMemory bounds the bytes
+	// of the bodies held at once (0: DefaultMaxBodyMemory).
+	BodyTimeout   time.Duration
+	MaxBodyMemory int64
+	// Context, when set, says how long each model's context is: longer
+	// prompts are refused, before tokenizing when their size tells.
+	Context ContextLimits
 	// Replica names this router among its peers; load ids carry it.
 	Replica string
 	// Trace, when set, gets the timing of every request sent to a worker;
@@ -57,7 +63,8 @@ type Server struct {
 	// (--retry-reset).
 	RetryReset bool
 
-	seq atomic.Uint64
+	seq       atomic.Uint64
+	bodyBytes atomic.Int64 // held by bodies in flight
 
 	warnMu sync.Mutex
 	warned map[string]time.Time
@@ -193,36 +200,6 @@ func (b *bufs) release() {
 	bufPool.Put(b)
 }
 
-// readBody reads a request body up to the size limit, over dst's memory.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, dst []byte) ([]byte, *apiError) {
-	limit := s.MaxBody
-	if limit <= 0 {
-		limit = defaultMaxBody
-	}
-	body, err := readAll(dst, http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &apiError{http.StatusRequestEntityTooLarge, "invalid_request_error",
-				fmt.Sprintf("request body exceeds %d bytes", limit), outcomeBadRequest}
-		}
-		return nil, &apiError{http.StatusBadRequest, "invalid_request_error", "reading the body: " + err.Error(), outcomeCanceled}
-	}
-	return body, nil
-}
-
-// readAll is io.ReadAll over dst's memory, sized up front when the length
-// is announced (and within limit): growing from 512 bytes copied a long
-// prompt six times.
-func readAll(dst []byte, rd io.Reader, length, limit int64) ([]byte, error) {
-	buf := bytes.NewBuffer(dst[:0])
-	if length > 0 && length <= limit {
-		buf.Grow(int(length) + bytes.MinRead) // room for the read that sees EOF
-	}
-	_, err := buf.ReadFrom(rd)
-	return buf.Bytes(), err
-}
-
 // prepare does everything before the routing decision. Stripping client
 // hints comes first: nothing downstream may see them.
 func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*prepared, *apiError) {
@@ -251,15 +228,22 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 		return nil, &apiError{http.StatusForbidden, "permission_error",
 			headerTarget + " is disabled on this router; start it with --allow-target-override to force a worker", outcomeBadRequest}
 	}
+	req.context = s.contextOf(req.Model)
 	start := time.Now()
 	p.tokens, err = s.Tok.Tokenize(r.Context(), req)
 	p.tokenized = time.Since(start)
 	s.Metrics.tokenize.Observe(p.tokenized.Seconds())
+	if err == nil {
+		err = checkContext(req.Model, len(p.tokens), req.context)
+	}
 	var unserved error
 	if err != nil && !errors.Is(err, ErrBadRequest) {
 		unserved = s.Router.CheckModel(req.Model)
 	}
 	switch {
+	case errors.Is(err, ErrPromptTooLong):
+		s.refused(refusedPromptLong)
+		return nil, badRequest(err)
 	case errors.Is(err, ErrBadRequest):
 		return nil, badRequest(err)
 	case err != nil && r.Context().Err() != nil:
@@ -307,7 +291,8 @@ func (s *Server) inference(kind Kind) http.HandlerFunc {
 		}
 		bf := bufPool.Get().(*bufs)
 		defer bf.release()
-		body, aerr := s.readBody(w, r, bf.body)
+		body, held, aerr := s.readBody(w, r, bf.body)
+		defer s.releaseBody(held)
 		if aerr != nil {
 			s.fail(w, aerr)
 			return

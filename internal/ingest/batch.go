@@ -34,6 +34,19 @@ const (
 )
 
 func (c *Core) batch(r *rank, b Batch) {
+	if r.cut == nil && r.resumed > 0 {
+		if b.Seq < r.resumed {
+			// The engine's snapshot already holds what this batch did.
+			c.out.Count(DropDuplicate)
+			return
+		}
+		r.resumed = 0
+	}
+	if r.cut != nil && b.Seq >= r.cut.resume {
+		// The history ended short of the barrier: what the stream brings
+		// from here is after the cut.
+		c.endCut(r)
+	}
 	if !r.seen {
 		r.seen = true
 		r.complete = b.Seq == 0
@@ -43,12 +56,17 @@ func (c *Core) batch(r *rank, b Batch) {
 	if !b.Replayed && b.Epoch != r.epoch {
 		if r.epoch != "" {
 			c.log.Info("ingest: engine publisher epoch changed, rebuilding the rank's inventory", "dp_rank", r.DP)
-			c.reset(r, ResetEpoch)
+			c.engineReset(r, ResetEpoch)
 		}
 		r.epoch = b.Epoch
 	}
 	r.waiting = false
 	c.sync(r)
+	defer func() {
+		if r.cut != nil && b.Seq+1 == r.cut.resume {
+			c.endCut(r) // the barrier: the history is whole
+		}
+	}()
 
 	if b.Err != nil {
 		c.reject(r, RejectMalformed, b, b.Err)
@@ -141,6 +159,14 @@ func (c *Core) plan(r *rank, evs []kvevents.Event, tp int, shard, replayed bool)
 		}
 		if ev.Kind == kvevents.KindStored && !ev.Placeholder && ev.BlockSize != c.cfg.BlockSize {
 			return nil, RejectBlockSize, fmt.Errorf("event %d: %w: event block_size %d, worker %d", i, index.ErrBlockSize, ev.BlockSize, c.cfg.BlockSize)
+		}
+		if r.cut != nil && ev.Kind == kvevents.KindStored && !r.cut.keep(ev) {
+			c.out.Count(DropUncut)
+			// Its descendants may name a block we left out.
+			r.complete = false
+			if len(ev.BlockHashes) == 0 {
+				continue
+			}
 		}
 		op, err := index.OpFromEvent(*ev)
 		if errors.Is(err, index.ErrPlaceholder) {

@@ -60,7 +60,20 @@ type Config struct {
 	// Lossy says the output may drop blocks on its own (a capped index
 	// evicts): a store under an unknown parent then proves no lost batch.
 	Lossy bool
-	Log   *slog.Logger // nil: slog.Default
+	// ProbeRunners says a runner prober reports each owning rank's runners
+	// (Runner inputs, one per TP rank). A cache owner then outlives its
+	// engine: a reconnect, a restart, a new epoch or the engine down reset
+	// the worker source only and suspend the owner, which is ready again
+	// once the prober finds every runner up with the epoch it had; a new
+	// epoch (the runner restarted) or an expired runner resets it. Without
+	// it nobody can tell that a runner outlived its engine, and those
+	// signals reset the owner with the worker.
+	ProbeRunners bool
+	// Runners is how many runners (TP ranks) each owning rank has, all of
+	// which must answer the prober; 0 means max(TP, 1). An engine that
+	// folds its TP shards itself still has a runner per TP rank.
+	Runners int
+	Log     *slog.Logger // nil: slog.Default
 }
 
 // Core turns each DP rank's engine stream into ordered inventory ops of
@@ -93,6 +106,17 @@ type rank struct {
 	open    []gapSpan
 	down    bool
 
+	// With Config.ProbeRunners, the owner stands on its runners: ready
+	// while each has answered the prober, with the epoch first seen,
+	// since the last engine-level signal.
+	runners []runnerState // by TP rank
+
+	// cut is a pending engine snapshot, applied once the stream reaches
+	// its resume seq; resumed is that seq while a batch below it can
+	// still arrive (a duplicate of what the cut holds).
+	cut     *cut
+	resumed uint64
+
 	seen  bool   // a batch arrived since the start
 	epoch string // SGLang publisher epoch of the last live batch
 	// complete: since the worker source was last emptied, every batch its
@@ -106,7 +130,35 @@ type rank struct {
 
 type gapSpan struct{ from, to uint64 }
 
-func (r *rank) inOrder() bool { return !r.waiting && len(r.open) == 0 && !r.down }
+// runnerState is what the prober last found at one runner.
+type runnerState struct {
+	known bool // answered once: epoch is its start epoch
+	up    bool // answered last, and since the last engine-level signal
+	epoch uint64
+}
+
+// inOrder reports whether the worker source may be ready: its stream is
+// in order and its engine up.
+func (r *rank) inOrder() bool { return !r.waiting && len(r.open) == 0 && !r.down && r.cut == nil }
+
+// ownerInOrder reports whether the owner may be ready. Without probed
+// runners it stands with the worker. With them, the stream must have
+// delivered and have no open gap (its runner's events travel on it), and
+// every runner must have answered since the last engine-level signal.
+func (r *rank) ownerInOrder(probe bool) bool {
+	if !probe {
+		return r.inOrder()
+	}
+	if !r.seen || len(r.open) > 0 || r.cut != nil {
+		return false
+	}
+	for _, rs := range r.runners {
+		if !rs.up {
+			return false
+		}
+	}
+	return true
+}
 
 // New returns the core of cfg's ranks, deciding into out. Every source
 // starts not ready; a rank's become ready once its stream delivers a batch.
@@ -130,6 +182,13 @@ func New(cfg Config, out Output) (*Core, error) {
 			r.srcs = append(r.srcs, rk.Owner)
 			if cfg.TP > 1 {
 				r.agg = newAggregator(cfg.TP)
+			}
+			if cfg.ProbeRunners {
+				n := cfg.Runners
+				if n <= 0 {
+					n = max(cfg.TP, 1)
+				}
+				r.runners = make([]runnerState, n)
 			}
 		}
 		r.ready = make([]bool, len(r.srcs))
@@ -165,7 +224,7 @@ func (c *Core) Step(dp int, in Input) error {
 	case Restart:
 		c.log.Info("ingest: engine publisher restarted, rebuilding the rank's inventory", "dp_rank", dp, "old_seq", in.OldSeq, "new_seq", in.NewSeq)
 		r.open = nil
-		c.reset(r, ResetRestart)
+		c.engineReset(r, ResetRestart)
 		// A new process starts with an empty cache: from its seq 0 on we
 		// see its whole history.
 		r.complete = in.NewSeq == 0
@@ -180,13 +239,14 @@ func (c *Core) Step(dp int, in Input) error {
 		// applied on the old process's blocks. Start over.
 		c.log.Info("ingest: event stream reconnected, rebuilding the rank's inventory", "dp_rank", dp)
 		r.waiting = true
-		c.reset(r, ResetReconnected)
+		c.engineReset(r, ResetReconnected)
 		r.epoch = "" // whatever epoch comes next is the one we start over from
 		c.sync(r)
 	case Engine:
-		// A down engine's runners cannot serve pulls and its stream may have
-		// stopped without a sign: its sources are reset and stay not ready
-		// until the engine is back and its stream delivers a batch.
+		// A down engine's stream may have stopped without a sign: its worker
+		// source is reset and stays not ready until the engine is back and
+		// its stream delivers a batch. Its runners stand or fall by the
+		// prober (engineReset).
 		if in.Up == !r.down {
 			return nil
 		}
@@ -194,41 +254,115 @@ func (c *Core) Step(dp int, in Input) error {
 			r.down, r.waiting = false, true
 		} else {
 			r.down = true
-			c.reset(r, ResetEngineDown)
+			c.engineReset(r, ResetEngineDown)
 		}
 		c.sync(r)
+	case Snapshot:
+		c.snapshot(r, in)
+	case Runner:
+		c.runner(r, in)
 	}
 	return nil
 }
 
+// engineReset handles a signal that the engine's process or stream is not
+// the one whose inventory the rank holds. The worker source is rebuilt.
+// The owner's inventory is its runners': with probed runners it is kept
+// but suspended until the prober vouches for them again; otherwise it is
+// rebuilt too.
+func (c *Core) engineReset(r *rank, reason Reason) {
+	if !r.HasOwner || !c.cfg.ProbeRunners {
+		c.reset(r, reason)
+		return
+	}
+	for i := range r.runners {
+		// The owner is suspended until each runner answers again.
+		r.runners[i].up = false
+	}
+	c.resetSome(r, reason, true, false)
+}
+
+// runner takes a prober report of one of the rank's runners.
+func (c *Core) runner(r *rank, in Runner) {
+	if !r.HasOwner || !c.cfg.ProbeRunners || in.TP < 0 || in.TP >= len(r.runners) {
+		return
+	}
+	rs := &r.runners[in.TP]
+	switch in.State {
+	case RunnerUp:
+		if rs.known && rs.epoch != in.Epoch {
+			// A new runner process holds none of what its owner had.
+			c.log.Info("ingest: runner restarted, rebuilding its cache owner's inventory", "dp_rank", r.DP, "tp_rank", in.TP)
+			c.resetSome(r, ResetRunnerRestart, false, true)
+		}
+		*rs = runnerState{known: true, up: true, epoch: in.Epoch}
+	case RunnerDown:
+		rs.up = false
+	case RunnerExpired:
+		if rs.up {
+			return // answered since: a late report
+		}
+		c.log.Info("ingest: runner unreachable past the owner TTL, dropping its cache owner's inventory", "dp_rank", r.DP, "tp_rank", in.TP)
+		c.resetSome(r, ResetRunnerExpired, false, true)
+		// Whatever answers next starts a new life of the owner.
+		rs.known = false
+	}
+	c.sync(r)
+}
+
+// want reports whether r's source i (0 the worker, 1 the owner) may be
+// ready.
+func (c *Core) want(r *rank, i int) bool {
+	if i == 0 {
+		return r.inOrder()
+	}
+	return r.ownerInOrder(c.cfg.ProbeRunners)
+}
+
 // sync tells the output the readiness of r's sources where it changed.
 func (c *Core) sync(r *rank) {
-	want := r.inOrder()
 	for i, s := range r.srcs {
-		if r.ready[i] != want {
+		if want := c.want(r, i); r.ready[i] != want {
 			r.ready[i] = want
 			c.out.Ready(s, want)
 		}
 	}
 }
 
-// reset empties the rank's sources and starts their rebuild. The caller
-// has set the rank's order first: a source that is not to stay ready is
-// told so before it is emptied, so a consumer never sees it ready and
-// empty in between.
-func (c *Core) reset(r *rank, reason Reason) {
+// reset empties the rank's sources and starts their rebuild.
+func (c *Core) reset(r *rank, reason Reason) { c.resetSome(r, reason, true, true) }
+
+// resetSome empties the rank's worker source, its owner, or both, and
+// starts their rebuild. The caller has set the rank's order first: a
+// source that is not to stay ready is told so before it is emptied, so a
+// consumer never sees it ready and empty in between.
+func (c *Core) resetSome(r *rank, reason Reason, worker, owner bool) {
 	c.out.Count(reason)
-	keep := r.inOrder()
 	for i, s := range r.srcs {
-		if r.ready[i] && !keep {
+		if (i == 0 && !worker) || (i == 1 && !owner) {
+			continue
+		}
+		if r.ready[i] && !c.want(r, i) {
 			r.ready[i] = false
 			c.out.Ready(s, false)
 		}
 		c.out.Reset(s)
 	}
-	r.complete = false
-	r.salts = nil
-	if r.agg != nil {
+	if worker {
+		r.complete = false
+		// A cut names what the engine held before: the rebuild starts
+		// from what comes next.
+		r.cut, r.resumed = nil, 0
+	}
+	switch {
+	case worker && (owner || !r.HasOwner):
+		r.salts = nil
+	case worker:
+		r.salts.Drop(false)
+	case owner:
+		r.salts.Drop(true)
+	}
+	if owner && r.agg != nil {
 		r.agg.Reset()
 	}
 }

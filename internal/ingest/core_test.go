@@ -19,9 +19,11 @@ import (
 // TestCore runs the behaviour suite: every file under testdata/ drives a
 // core with the commands below and checks what it told its output.
 //
-//	init [ranks=N] [owners=all|none|0,1,...] [tp=N] [salts] [lossy]
+//	init [ranks=N] [owners=all|none|0,1,...] [tp=N] [salts] [lossy] [probe] [runners=N]
 //	    A core of N DP ranks (default 1) of worker w, block size 4, whose
-//	    ranks' sources are named w<dp> and o<dp>.
+//	    ranks' sources are named w<dp> and o<dp>; probe: a runner prober
+//	    reports the owners' runners (Config.ProbeRunners), runners= of
+//	    them per rank.
 //	batch [dp=N] [seq=N] [shard=N] [epoch=E] [replayed] [malformed]
 //	    A batch; one event per input line (below). Seqs count up per rank
 //	    from 0 unless seq= says. shard= puts it on a runner shard topic.
@@ -29,6 +31,9 @@ import (
 //	restart [dp=N] old=N new=N   (the next batch's seq is new=)
 //	reconnect [dp=N]
 //	engine up|down               (every rank, in order)
+//	runner [dp=N] [tp=N] up epoch=N|down|expired
+//	snapshot [dp=N] resume=N [epoch=E]
+//	    The engine's cut: one input line of the block names it holds.
 //	fail                         the output refuses its next Apply
 //	state                        each source's readiness and holdings
 //
@@ -103,6 +108,31 @@ func (e *env) do(c *ddCase) string {
 		for _, r := range e.ranks {
 			step(r, Engine{Up: c.has("up")})
 		}
+	case "runner":
+		in := Runner{TP: c.int(e.t, "tp", 0), Epoch: uint64(c.int(e.t, "epoch", 0))}
+		switch {
+		case c.has("down"):
+			in.State = RunnerDown
+		case c.has("expired"):
+			in.State = RunnerExpired
+		}
+		step(dp, in)
+	case "snapshot":
+		in := Snapshot{Epoch: c.str("epoch", ""), ResumeSeq: uint64(c.int(e.t, "resume", 0))}
+		for _, line := range c.input {
+			for _, n := range strings.Fields(line) {
+				h, ok := e.tr.Engine[n]
+				if !ok {
+					e.t.Fatalf("%s: snapshot: unknown block %q", c.pos, n)
+				}
+				b := kvevents.SnapshotBlock{Hashes: []uint64{h}}
+				if p := e.tr.Parent[n]; p != "" {
+					b.Parent, b.HasParent = e.tr.Engine[p], true
+				}
+				in.Blocks = append(in.Blocks, b)
+			}
+		}
+		step(dp, in)
 	case "fail":
 		e.out.fail = true
 		return ""
@@ -117,7 +147,7 @@ func (e *env) do(c *ddCase) string {
 func (e *env) init(c *ddCase) string {
 	n := c.int(e.t, "ranks", 1)
 	owners := c.str("owners", "all")
-	cfg := Config{BlockSize: e.tr.BlockSize, TP: c.int(e.t, "tp", 1), InheritSalt: c.has("salts"), Lossy: c.has("lossy"),
+	cfg := Config{BlockSize: e.tr.BlockSize, TP: c.int(e.t, "tp", 1), InheritSalt: c.has("salts"), Lossy: c.has("lossy"), ProbeRunners: c.has("probe"), Runners: c.int(e.t, "runners", 0),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ix, err := index.New(index.Config{BlockSize: e.tr.BlockSize})
 	if err != nil {

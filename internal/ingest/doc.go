@@ -53,6 +53,34 @@
 //     store under a parent, the one op an index refuses for what it holds,
 //     so a refused group changed nothing.
 //
+// # Cache owners outlive their engine
+//
+// A cache owner's blocks live in its runners' DRAM, which may outlive the
+// engine process. With Config.ProbeRunners a runner prober reports each
+// TP rank's runner (Runner: up with its start epoch, down, or expired
+// past the owner TTL), and the engine-level signals (Restart, a new epoch,
+// Reconnected, the engine down) reset the worker source only: the owner
+// keeps its inventory, not ready until every runner has answered again.
+// A runner answering with a new epoch (a new process, empty) or expiring
+// resets the owner alone; a runner down makes it not ready, inventory
+// kept. Losses (Unrecoverable, a rejected batch, a silent gap) reset both:
+// the runner's removals travel on the engine's stream. Without a prober
+// nothing says a runner outlived its engine, and the owner is reset with
+// the worker.
+//
+// # The engine's snapshot
+//
+// A driver that fetched the engine's snapshot (SGLang snapshot-v1) steps
+// it before the rank's first batch. The snapshot names the blocks the
+// engine held at its barrier (ResumeSeq-1) by engine hash only, without
+// tokens, so the core takes their identities from the history before the
+// cut (the replay buffer from seq 0): a history store keeps the run of its
+// blocks the cut holds (the rest are counted DropUncut). The rank is not
+// ready until the stream reaches the cut (the barrier batch, or the first
+// batch past it); after it, a batch below ResumeSeq is a duplicate
+// (DropDuplicate). Live batches carry the snapshot's epoch. A reset drops
+// a pending cut: the rank rebuilds as without one.
+//
 // A rebuilt source is safe to hint from: it started empty, and every
 // batch since was applied in order or it would have been reset again;
 // what it misses was stored before the reset, and under-reporting only

@@ -6,7 +6,9 @@ import "kvrouter/internal/kvevents"
 
 // Input is one thing a DP rank's stream tells the core: a Batch, a Gap, an
 // Unrecoverable loss, a Restart, a Reconnected stream, or the Engine's
-// health. The signals mirror kvstream's items; the driver converts them.
+// health; the engine's Snapshot of what it holds; or what the runner prober
+// found at one of the rank's Runners. The stream signals mirror kvstream's
+// items; the driver converts them.
 type Input interface{ input() }
 
 // Batch is one engine batch, its payload decoded at the edge
@@ -48,9 +50,51 @@ type Reconnected struct{}
 // Engine reports the engine's health as a liveness probe judges it.
 type Engine struct{ Up bool }
 
+// Snapshot is the engine's placement cut (SGLang snapshot-v1): the blocks
+// the rank's engine held when it stamped its barrier, the batch at
+// ResumeSeq-1. It carries engine hashes without tokens, so it names no
+// router identity by itself: the core takes the identities from the
+// history batches before ResumeSeq (the engine's replay buffer) and keeps
+// of them only the blocks the cut holds. A driver steps it before the
+// rank's first batch.
+type Snapshot struct {
+	// Epoch is the publisher epoch as Batch.Epoch names it
+	// (kvstream.EpochSuffix of the header's epoch).
+	Epoch     string
+	ResumeSeq uint64
+	Blocks    []kvevents.SnapshotBlock
+}
+
+// RunnerState is what the runner prober found at a runner.
+type RunnerState uint8
+
+// Runner states.
+const (
+	// RunnerUp: its control endpoint answered, with its start epoch.
+	RunnerUp RunnerState = iota
+	// RunnerDown: it did not answer. The owner is not ready (no pull can
+	// reach it) but keeps its inventory: the runner may only be slow.
+	RunnerDown
+	// RunnerExpired: it has not answered for the owner TTL: its inventory
+	// is dropped, since nobody can say what it still holds.
+	RunnerExpired
+)
+
+// Runner reports one of the rank's runners (TP rank TP) as the runner
+// prober found it. A cache owner's inventory belongs to its runners, not to
+// the engine: with Config.ProbeRunners, engine-level signals only suspend
+// the owner, and these reports decide whether its inventory stands.
+type Runner struct {
+	TP    int
+	State RunnerState
+	Epoch uint64 // with RunnerUp: the runner's start epoch
+}
+
 func (Batch) input()         {}
 func (Gap) input()           {}
 func (Unrecoverable) input() {}
 func (Restart) input()       {}
 func (Reconnected) input()   {}
 func (Engine) input()        {}
+func (Snapshot) input()      {}
+func (Runner) input()        {}

@@ -88,3 +88,23 @@ func (c *saltChains) Inherit(ev *kvevents.Event) {
 		*c = nil
 	}
 }
+
+// ownerBits are the residency bits of runner-owned copies (see residency).
+const ownerBits uint8 = 0xf0
+
+// Drop forgets the residencies of the cache owner (owner) or of the worker
+// (!owner), for a reset of that source alone: a block the other still
+// holds keeps its salt for the stores under it.
+func (c *saltChains) Drop(owner bool) {
+	keep := ownerBits
+	if owner {
+		keep = ^ownerBits
+	}
+	for h, b := range *c {
+		if b.held &= keep; b.held == 0 {
+			delete(*c, h)
+		} else {
+			(*c)[h] = b
+		}
+	}
+}

@@ -21,6 +21,8 @@ const (
 	DropUnattributed  // runner store without its TP shard
 	DropUnknownParent // store whose parent the source does not hold
 	DropInvalid       // an op the output refused for another reason
+	DropUncut         // a history store of a block the engine's snapshot does not hold
+	DropDuplicate     // a batch the engine's snapshot already holds
 
 	// Why a rank's sources were reset (emptied and rebuilt).
 	ResetUnrecoverable // a gap replay could not heal
@@ -31,6 +33,8 @@ const (
 	ResetRejected      // a batch was rejected
 	ResetEngineDown    // the engine failed health checks beyond the grace period
 	ResetInconsistent  // the output refused an op it should have accepted
+	ResetRunnerRestart // a runner answered with a new start epoch (its owner only)
+	ResetRunnerExpired // a runner did not answer for the owner TTL (its owner only)
 
 	NumReasons // the number of reasons, for arrays indexed by Reason
 )
@@ -39,9 +43,11 @@ var reasonNames = [NumReasons]string{
 	RejectMalformed: "malformed", RejectBlockSize: "block_size", RejectEvent: "event", RejectTopic: "topic",
 	DropPlaceholder: "placeholder", DropOtherGroup: "other_group", DropNoOwner: "no_owner",
 	DropUnattributed: "unattributed", DropUnknownParent: "unknown_parent", DropInvalid: "invalid",
+	DropUncut: "uncut", DropDuplicate: "duplicate",
 	ResetUnrecoverable: "unrecoverable", ResetRestart: "restart", ResetEpoch: "epoch",
 	ResetReconnected: "reconnected", ResetSilentGap: "silent_gap", ResetRejected: "rejected",
 	ResetEngineDown: "engine_down", ResetInconsistent: "inconsistent",
+	ResetRunnerRestart: "runner_restart", ResetRunnerExpired: "runner_expired",
 }
 
 func (r Reason) String() string {

@@ -49,7 +49,10 @@ type PublisherConfig struct {
 	// Limits bound what subscribers (and strangers) can make the sockets
 	// hold.
 	Limits
-	Logger *slog.Logger
+	// Snapshot, with its Endpoint set, serves SGLang's snapshot-v1 (see
+	// PublishEvents).
+	Snapshot SnapshotServerConfig
+	Logger   *slog.Logger
 }
 
 // PublisherStats are a Publisher's counters since it was made.
@@ -79,6 +82,7 @@ type Publisher struct {
 	log    *slog.Logger
 	pub    *zmtp.Socket
 	router *zmtp.Socket // nil without ReplayEndpoint
+	snap   *snapshotServer
 	cancel context.CancelFunc
 	srvWG  sync.WaitGroup
 	net    zmtp.Counters
@@ -151,6 +155,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		p.srvWG.Add(1)
 		go p.serveReplay(ctx)
 	}
+	if cfg.Snapshot.Endpoint != "" {
+		if err := p.startSnapshots(ctx, cfg.Snapshot, opts); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -159,6 +169,11 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 func (p *Publisher) Publish(topic string, payload []byte) (seq uint64, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.publishLocked(topic, payload)
+}
+
+// publishLocked is Publish with p.mu held.
+func (p *Publisher) publishLocked(topic string, payload []byte) (seq uint64, err error) {
 	if p.closed {
 		return 0, ErrClosed
 	}
@@ -217,8 +232,11 @@ func (p *Publisher) Close() error {
 
 	p.cancel()
 	err := p.pub.Close()
-	if p.router != nil {
-		if e := p.router.Close(); err == nil {
+	for _, s := range []*zmtp.Socket{p.router, p.snapSocket()} {
+		if s == nil {
+			continue
+		}
+		if e := s.Close(); err == nil {
 			err = e
 		}
 	}

@@ -61,7 +61,9 @@ type Config struct {
 	// MaxHeld: see Tracker.MaxHeld.
 	MaxHeld int
 	// CatchUp replays a publisher's buffered history before its first
-	// message (see Tracker.CatchUp); it needs a replay endpoint.
+	// message (see Tracker.CatchUp); it needs a replay endpoint. In connect
+	// mode and with OnePublisher the replay starts at the first connection,
+	// without waiting for a message (Tracker.Start).
 	CatchUp bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -224,6 +226,9 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 		case m := <-live.C():
 			switch m.Event {
 			case zmtp.EventConnected:
+				if !s.cfg.Bind || s.cfg.OnePublisher {
+					ss.catchUp()
+				}
 				if !s.cfg.Bind {
 					if connected {
 						ss.reconnected()
@@ -281,6 +286,7 @@ type replayDone struct {
 }
 
 func (ss *session) reconnected() {
+	ss.tr.Reconnect(ss.cfg.Endpoint)
 	ss.reconnects.Add(1)
 	ss.log.Info("kvstream: reconnected")
 	ss.emit([]Item{Reconnected{Endpoint: ss.cfg.Endpoint}})
@@ -322,6 +328,16 @@ func (ss *session) replayEndpoint(key string) string {
 		return ss.cfg.ReplayFor(key)
 	}
 	return ss.cfg.ReplayEndpoint
+}
+
+// catchUp starts the one publisher's catch-up at its first connection.
+func (ss *session) catchUp() {
+	if ss.replayEndpoint(ss.cfg.Endpoint) == "" {
+		return
+	}
+	if req := ss.tr.Start(ss.cfg.Endpoint); req != nil {
+		ss.startReplay(*req)
+	}
 }
 
 func (ss *session) onLive(frames [][]byte) {

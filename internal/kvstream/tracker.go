@@ -80,6 +80,9 @@ type keyState struct {
 	last   uint64 // last delivered seq
 	fresh  bool   // nothing delivered yet: a catch-up replay from seq 0 runs
 	replay *replayState
+	// unanchored: a catch-up at start delivered up to last and no live
+	// message has been delivered since (see Start).
+	unanchored bool
 }
 
 type replayState struct {
@@ -102,6 +105,16 @@ func (t *Tracker) Live(dst []Item, key string, m Message, canReplay bool) ([]Ite
 	m.Key = key
 	m.Replayed = false
 	st := t.keys[key]
+	if st != nil && st.fresh && st.replay == nil {
+		// A catch-up at start delivered nothing: this is the first message.
+		st = nil
+	}
+	if st != nil && st.unanchored && st.replay == nil {
+		if m.Seq <= st.last {
+			return dst, nil // a live copy of a batch the catch-up delivered
+		}
+		st.unanchored = false
+	}
 	if st == nil {
 		if t.keys == nil {
 			t.keys = make(map[string]*keyState)
@@ -152,6 +165,11 @@ func (t *Tracker) openReplay(dst []Item, st *keyState, key string, m Message, g 
 
 func (t *Tracker) liveReplaying(dst []Item, st *keyState, key string, m Message) ([]Item, *ReplayRequest) {
 	r := st.replay
+	if len(r.held) == 0 && st.fresh {
+		// A catch-up at start: the first live message anchors the stream.
+		r.topic, r.held, r.top = m.Topic, append(r.held, m), m.Seq
+		return dst, nil
+	}
 	switch {
 	case m.Seq > r.top && m.Seq-r.top == 1:
 	case m.Seq > r.top:
@@ -216,7 +234,9 @@ func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Messa
 		if !haveReplayed || m.Seq > maxReplayed {
 			maxReplayed, haveReplayed = m.Seq, true
 		}
-		if (st.fresh || m.Seq > st.last) && m.Seq <= r.top {
+		// With nothing held (a catch-up at start that no live message
+		// anchored yet) every replayed batch is history.
+		if (st.fresh || m.Seq > st.last) && (m.Seq <= r.top || len(r.held) == 0) {
 			cand = append(cand, Message{Key: key, Topic: r.topic, Seq: m.Seq, Payload: m.Payload, Replayed: true})
 		}
 	}
@@ -259,6 +279,7 @@ func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Messa
 			gi++
 		}
 	}
+	st.unanchored = len(r.held) == 0 && !st.fresh
 	st.replay = nil
 	return dst, nil
 }

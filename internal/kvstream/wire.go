@@ -133,6 +133,8 @@ func TopicKey(topic string) string {
 // is a new publisher process.
 func TopicEpoch(topic string) string {
 	base, _, _ := kvevents.ParseRunnerShardTopic(topic)
+	// A snapshot barrier's topic names the barrier after the epoch.
+	base, _, _ = strings.Cut(base, snapshotSep)
 	return base[len(TopicKey(base)):]
 }
 

@@ -113,7 +113,12 @@ type Config struct {
 
 	EventsEndpoint string // PUB per DP rank (port + rank); binds on a wildcard
 	ReplayEndpoint string // replay ROUTER per DP rank; "none" disables
-	Topic          string
+	// SnapshotEndpoint, SGLang flavour only, is the snapshot-v1 ROUTER per
+	// DP rank; "" serves none. With it the live topics name each rank's
+	// publisher epoch, as SGLang's do.
+	SnapshotEndpoint string
+
+	Topic string
 	// EventsConnect, when set, dials this subscriber (llm-d style) instead
 	// of binding EventsEndpoint; the topic defaults to kv@<host>:<port>@<model>.
 	EventsConnect string
@@ -249,6 +254,9 @@ func (c *Config) validate() error {
 	}
 	if c.AdvertiseHost == "" {
 		return configErr("advertise-host", "must name the host peers dial")
+	}
+	if c.SnapshotEndpoint != "" && c.Flavor != SGLang {
+		return configErr("kv-events-snapshot-endpoint", "snapshot-v1 is SGLang's; vLLM serves no snapshot")
 	}
 	if host := c.controlBindHost(); c.RunnerSecret == "" && !c.RunnerInsecure && !runner.LoopbackHost(host) {
 		if host == "" {

@@ -74,6 +74,14 @@ func Start(cfg Config) (*Engine, error) {
 	for d := range cfg.DP {
 		r := newRank(d, &e.cfg, e.vocab)
 		r.topic = topic
+		if cfg.SnapshotEndpoint != "" {
+			// Like SGLang's publisher: an epoch of its own per rank, named
+			// on every live topic (before a runner shard suffix).
+			var b [16]byte
+			_, _ = rand.Read(b[:])
+			r.epoch = hex.EncodeToString(b[:])
+			r.topic += kvstream.EpochSuffix(r.epoch)
+		}
 		e.ranks = append(e.ranks, r)
 		if err := e.startRunners(r); err != nil {
 			return nil, err
@@ -170,6 +178,12 @@ func (e *Engine) startPublisher(r *rank) error {
 			return configErr("kv-events-replay-endpoint", "%v", err)
 		}
 	}
+	if e.cfg.SnapshotEndpoint != "" {
+		pc.Snapshot = kvstream.SnapshotServerConfig{Topic: e.cfg.Topic, Epoch: r.epoch, ReplicaRank: r.id}
+		if pc.Snapshot.Endpoint, err = kvstream.EndpointForRank(e.cfg.SnapshotEndpoint, r.id); err != nil {
+			return configErr("kv-events-snapshot-endpoint", "%v", err)
+		}
+	}
 	if r.pub, err = kvstream.NewPublisher(pc); err != nil {
 		return fmt.Errorf("mocker: --%s: DP rank %d: %w", flag, r.id, err)
 	}
@@ -192,6 +206,15 @@ func (e *Engine) ControlEndpoint(d int) string {
 // when it dials out.
 func (e *Engine) EventEndpoint(d int) string {
 	if a := e.ranks[d].pub.Addr(); a != nil {
+		return "tcp://" + net.JoinHostPort(e.cfg.AdvertiseHost, strconv.Itoa(a.(*net.TCPAddr).Port))
+	}
+	return ""
+}
+
+// SnapshotEndpoint is a dialable address of DP rank d's snapshot-v1
+// ROUTER, or "".
+func (e *Engine) SnapshotEndpoint(d int) string {
+	if a := e.ranks[d].pub.SnapshotAddr(); a != nil {
 		return "tcp://" + net.JoinHostPort(e.cfg.AdvertiseHost, strconv.Itoa(a.(*net.TCPAddr).Port))
 	}
 	return ""

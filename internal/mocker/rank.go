@@ -26,7 +26,8 @@ type rank struct {
 	cat   *catalog
 	pub   *kvstream.Publisher
 	enc   kvencode.Encoder
-	topic string
+	topic string // the live topic: with snapshots it names the epoch
+	epoch string // SGLang's publisher epoch, with snapshots
 
 	// load counts the rank's requests from arrival (before any pull) to
 	// their end, for least-loaded placement.
@@ -311,7 +312,7 @@ func (r *rank) publish(topic string, evs []kvevents.Event) {
 		r.log.Error("cannot encode KV events", "err", err)
 		return
 	}
-	if _, err := r.pub.Publish(topic, payload); err != nil {
+	if _, err := r.pub.PublishEvents(topic, payload, evs); err != nil {
 		r.log.Warn("cannot publish KV events", "err", err)
 	}
 }

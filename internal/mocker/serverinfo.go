@@ -21,6 +21,9 @@ func (e *Engine) eventsConfig() map[string]any {
 	if e.cfg.ReplayEndpoint != replayNone {
 		m[workerconfig.EventsReplayEndpoint] = e.cfg.ReplayEndpoint
 	}
+	if e.cfg.SnapshotEndpoint != "" {
+		m[workerconfig.EventsSnapshot] = e.cfg.SnapshotEndpoint
+	}
 	return m
 }
 

@@ -70,7 +70,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 func runAll(ctx context.Context, o *Options, c *cluster.Cluster, policies []Policy, reqs []workload.Request, res *Result) error {
 	engines := c.Engines()
 	calRouter := c.Routers()[0]
-	cal, err := calibrate(ctx, o, calRouter.URL, engines)
+	cal, err := calibrate(ctx, o, calRouter, engines)
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, ca
 			c.StopRouter(r)
 		}
 	}()
-	if err := awaitEmpty(ctx, r.URL, c.Engines()); err != nil {
+	if err := awaitEmpty(ctx, r.Admin, c.Engines()); err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
 	pulls0, failed0, err := pullTotals(ctx, c.Engines())
@@ -137,7 +137,7 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, ca
 			return loadgen.NamedSummary{}, PolicyRun{}, err
 		}
 	}
-	samples, err := scrape(ctx, r.URL)
+	samples, err := scrape(ctx, r.Admin)
 	if err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, fmt.Errorf("router metrics: %w", err)
 	}
@@ -193,14 +193,14 @@ func resetEngines(ctx context.Context, engines []cluster.Engine) error {
 
 // awaitEmpty waits until the router lists every engine ready with nothing
 // indexed for it, so that each policy starts from the same cold state.
-func awaitEmpty(ctx context.Context, router string, engines []cluster.Engine) error {
+func awaitEmpty(ctx context.Context, admin string, engines []cluster.Engine) error {
 	var ids []string
 	for _, e := range engines {
 		ids = append(ids, e.ID)
 	}
 	return poll(ctx, resetWait, "router index empty after the reset", func() (bool, string, error) {
 		var v workersView
-		data, err := cluster.Get(ctx, router+pathWorkers)
+		data, err := cluster.Get(ctx, admin+pathWorkers)
 		if err == nil {
 			err = jsonUnmarshal(data, &v)
 		}

@@ -276,7 +276,7 @@ func TestCalibrationMeasuresPullSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Stop() })
-	cal, err := calibrate(ctx, &o, c.Routers()[0].URL, c.Engines())
+	cal, err := calibrate(ctx, &o, c.Routers()[0], c.Engines())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestCalibrationMeasuresPullSetup(t *testing.T) {
 func TestGivenBandwidthTakesTheSimulatedSetup(t *testing.T) {
 	o := Full()
 	o.Speedup, o.HintBandwidthGbps = 2, 8
-	c, err := calibrate(context.Background(), &o, "", nil)
+	c, err := calibrate(context.Background(), &o, cluster.Router{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,11 +308,11 @@ func TestGivenBandwidthTakesTheSimulatedSetup(t *testing.T) {
 		t.Fatalf("hint setup %v ms (measured %v), want %v", c.HintSetupMS, c.Measured, want)
 	}
 	o.HintSetup = 3 * time.Millisecond
-	if c, _ := calibrate(context.Background(), &o, "", nil); c.HintSetupMS != 3 {
+	if c, _ := calibrate(context.Background(), &o, cluster.Router{}, nil); c.HintSetupMS != 3 {
 		t.Fatalf("given --hint-setup-ms 3: %v", c.HintSetupMS)
 	}
 	o.HintSetup, o.PullSetup = 0, -1
-	if c, _ := calibrate(context.Background(), &o, "", nil); c.HintSetupMS != 0 {
+	if c, _ := calibrate(context.Background(), &o, cluster.Router{}, nil); c.HintSetupMS != 0 {
 		t.Fatalf("no simulated setup: %v", c.HintSetupMS)
 	}
 }

@@ -79,7 +79,7 @@ func hintedBlocks(raw json.RawMessage) int {
 // prober measures pulls from engine a to engine b through the calibration
 // router.
 type prober struct {
-	router    string
+	router    cluster.Router
 	a, b      cluster.Engine
 	blockSize int
 	rng       *rand.Rand
@@ -123,7 +123,7 @@ func (p *prober) one(ctx context.Context, n int) (Probe, error) {
 	pr := Probe{Blocks: n, PrefillMS: ms(time.Since(start))}
 	err := poll(ctx, probeWait, fmt.Sprintf("router hint of %d blocks from %s to %s", n, p.a.ID, p.b.ID), func() (bool, string, error) {
 		var v routeView
-		if _, err := cluster.PostJSON(ctx, p.router+pathRoute, p.b.ID, body, &v); err != nil {
+		if _, err := cluster.PostJSON(ctx, p.router.Admin+pathRoute, p.b.ID, body, &v); err != nil {
 			return false, "", err
 		}
 		got := hintedBlocks(v.Hint)
@@ -157,7 +157,7 @@ func (p *prober) one(ctx context.Context, n int) (Probe, error) {
 }
 
 func (p *prober) send(ctx context.Context, target string, body any, out *completion) error {
-	h, err := cluster.PostJSON(ctx, p.router+pathComplete, target, body, out)
+	h, err := cluster.PostJSON(ctx, p.router.URL+pathComplete, target, body, out)
 	if err != nil {
 		return fmt.Errorf("probe request to %s: %w", target, err)
 	}
@@ -169,7 +169,7 @@ func (p *prober) send(ctx context.Context, target string, body any, out *complet
 
 // calibrate returns the cost model of the kv_hints router: pulls measured
 // between the first two engines unless the options give their rates.
-func calibrate(ctx context.Context, o *Options, routerURL string, engines []cluster.Engine) (Calibration, error) {
+func calibrate(ctx context.Context, o *Options, router cluster.Router, engines []cluster.Engine) (Calibration, error) {
 	if o.HintBandwidthGbps > 0 {
 		setup := o.HintSetup
 		if setup == 0 {
@@ -177,7 +177,7 @@ func calibrate(ctx context.Context, o *Options, routerURL string, engines []clus
 		}
 		return newCalibration(o, setup, o.HintBandwidthGbps), nil
 	}
-	p := &prober{router: routerURL, a: engines[0], b: engines[1], blockSize: o.BlockSize,
+	p := &prober{router: router, a: engines[0], b: engines[1], blockSize: o.BlockSize,
 		rng: rand.New(rand.NewPCG(2026, 7))}
 	sizes := probeSizes(o.GPUBlocks)
 	if len(sizes) < 2 {

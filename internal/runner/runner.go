@@ -125,8 +125,9 @@ type Stats struct {
 
 // Runner is the thread-safe service around a Pool.
 type Runner struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	epoch uint64 // random, new at every New: see Epoch
 
 	mu      sync.Mutex
 	pool    *Pool
@@ -172,6 +173,7 @@ func New(cfg Config) (*Runner, error) {
 	}
 	return &Runner{
 		cfg:      cfg,
+		epoch:    newEpoch(),
 		log:      cfg.Logger.With("component", "runner"),
 		pool:     pool,
 		hints:    make(map[string]*hintState),
@@ -182,6 +184,11 @@ func New(cfg Config) (*Runner, error) {
 
 // BlockBytes returns the configured block size.
 func (r *Runner) BlockBytes() int { return r.pool.BlockBytes() }
+
+// Epoch is the runner's start epoch: random and nonzero, new with every
+// runner, so that a prober that finds another one knows the blocks it saw
+// are gone with the old runner (its Server answers PING with it).
+func (r *Runner) Epoch() uint64 { return r.epoch }
 
 // unlock releases r.mu, then delivers queued inventory and signals a
 // crossing of the low watermark, so neither callback runs under the lock.

@@ -219,6 +219,9 @@ func (s *Server) serveConn(conn net.Conn, client string) {
 	tuneConn(conn, s.cfg.SocketBuffer)
 	ss := &session{conn: conn, limits: serverLimits(s.cfg.MaxKeysPerFetch), blockSz: s.cfg.BlockBytes}
 	if err := s.handshake(ss); err != nil {
+		if errors.Is(err, errPinged) {
+			return
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			s.mu.Lock()
 			s.stats.HandshakeTimeouts++
@@ -267,6 +270,12 @@ func (s *Server) handshake(ss *session) error {
 	h, err := ss.readFrame()
 	if err != nil {
 		return err
+	}
+	if h.typ == msgPing {
+		if _, err := ss.conn.Write(appendPong(nil, s.r.Epoch())); err != nil {
+			return err
+		}
+		return errPinged
 	}
 	if h.typ != msgHello {
 		return fmt.Errorf("%w: message type %d before HELLO", ErrProtocol, h.typ)

@@ -22,6 +22,12 @@ import (
 //	server ← BLOCK     key u64 | xxh3 u64 | block bytes   or   MISSING key u64, one per key in order
 //	server ← END       (empty)
 //
+// A liveness probe sends PING instead of HELLO and needs no secret: the
+// server answers PONG with its runner's start epoch and closes.
+//
+//	client → PING      (empty)
+//	server ← PONG      epoch u64
+//
 // Integers are big-endian. Every frame's length is checked against what its
 // type may carry before any payload is read, so a peer cannot make us buffer
 // more than one block.
@@ -44,11 +50,14 @@ const (
 	msgMissing   = 7
 	msgEnd       = 8
 	msgError     = 9
+	msgPing      = 10
+	msgPong      = 11
 
 	nonceLen      = 16
 	macLen        = 32
 	challengeLen  = 1 + 4 + 4 + nonceLen + macLen
 	blockHeadLen  = 16
+	epochLen      = 8
 	maxErrorText  = 1024
 	flagAuth      = 1 // CHALLENGE flags: the server requires AUTH with a MAC
 	macLabelSrv   = "kvrouter-runner/1 server"
@@ -127,6 +136,8 @@ func serverLimits(maxKeys int) func(uint8) (int, int, bool) {
 		switch typ {
 		case msgHello:
 			return nonceLen, nonceLen, true
+		case msgPing:
+			return 0, 0, true
 		case msgAuth:
 			return 0, macLen, true
 		case msgFetch:
@@ -148,6 +159,8 @@ func clientLimits(blockBytes int) func(uint8) (int, int, bool) {
 			return blockHeadLen + blockBytes, blockHeadLen + blockBytes, true
 		case msgMissing:
 			return 8, 8, true
+		case msgPong:
+			return epochLen, epochLen, true
 		case msgError:
 			return 2, 2 + maxErrorText, true
 		}

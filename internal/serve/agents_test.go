@@ -132,7 +132,7 @@ func TestRemovalAndLateRouter(t *testing.T) {
 		t.Fatalf("target %+v", r.Target)
 	}
 	// Force a: b's device prefix is the hint.
-	status, _, resp := post(t, g.url(), "/debug/route", body, headerTarget, "a")
+	status, _, resp := post(t, g.admin(), "/debug/route", body, headerTarget, "a")
 	if status != http.StatusForbidden || !strings.Contains(string(resp), "--allow-target-override") {
 		t.Fatalf("override without the flag: %d %s", status, resp)
 	}
@@ -181,7 +181,7 @@ func TestWorkerLeaves(t *testing.T) {
 	var workers struct {
 		Detached []ownerView `json:"detached_owners"`
 	}
-	json.Unmarshal(get(t, g.url()+"/debug/workers"), &workers)
+	json.Unmarshal(get(t, g.admin()+"/debug/workers"), &workers)
 	if len(workers.Detached) != 1 || workers.Detached[0].ID != ownerID("b") || !workers.Detached[0].Detached {
 		t.Fatalf("detached owners %+v", workers.Detached)
 	}

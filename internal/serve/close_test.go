@@ -23,7 +23,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 	e := newEngine(t, testModel)
 	o := Defaults()
-	o.Listen, o.Bus, o.Log = "127.0.0.1:0", b, quiet()
+	o.Listen, o.AdminListen, o.Bus, o.Log = "127.0.0.1:0", "127.0.0.1:0", b, quiet()
 	o.Registry = discovery.NewMemory(time.Second, nil)
 	o.Workers = []direct.WorkerSpec{spec(t, e, ",events="+freeTCP(t))}
 	o.EventsBind = freeTCP(t)
@@ -36,6 +36,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if status, _, body := post(t, g.url(), "/v1/completions", completionBody(prompt(1, 2), "")); status != http.StatusOK {
 		t.Fatalf("%d %s", status, body)
 	}
+	get(t, g.admin()+"/metrics")
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ func (s *deadWorker) run(t *testing.T) {
 				} `json:"ranks"`
 			} `json:"workers"`
 		}
-		if err := json.Unmarshal(get(t, g.url()+"/debug/workers"), &out); err != nil {
+		if err := json.Unmarshal(get(t, g.admin()+"/debug/workers"), &out); err != nil {
 			t.Fatal(err)
 		}
 		for _, w := range out.Workers {

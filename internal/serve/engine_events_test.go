@@ -126,7 +126,7 @@ func TestEngineEventsConnect(t *testing.T) {
 			var ws struct {
 				Workers []workerView `json:"workers"`
 			}
-			json.Unmarshal(get(t, g.url()+"/debug/workers"), &ws)
+			json.Unmarshal(get(t, g.admin()+"/debug/workers"), &ws)
 			if len(ws.Workers) != 1 || ws.Workers[0].Mode != "events" || !ws.Workers[0].Ranks[1].Ready {
 				t.Fatalf("workers %+v", ws.Workers)
 			}

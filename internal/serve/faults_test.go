@@ -74,7 +74,7 @@ func getStatus(t testing.TB, url string) (int, []byte) {
 // metricValue reads one sample off the service's /metrics.
 func metricValue(t testing.TB, g *Service, sample string) float64 {
 	t.Helper()
-	for line := range strings.SplitSeq(string(get(t, g.url()+"/metrics")), "\n") {
+	for line := range strings.SplitSeq(string(get(t, g.admin()+"/metrics")), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			var f float64
 			fmt.Sscan(v, &f)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -141,20 +142,24 @@ type engine struct {
 	// starts, a stream between its first event and the rest.
 	delay time.Duration
 
-	mu       sync.Mutex
-	got      []received
-	metrics  string
-	cached   int // usage.prompt_tokens_details.cached_tokens to report
-	peer     int // usage.kvrouter.peer_restored_tokens to report
-	hold     chan struct{}
-	canceled chan struct{}
+	mu          sync.Mutex
+	maxModelLen int // reported on /v1/models; 0 reports none
+	got         []received
+	metrics     string
+	cached      int // usage.prompt_tokens_details.cached_tokens to report
+	peer        int // usage.kvrouter.peer_restored_tokens to report
+	hold        chan struct{}
+	canceled    chan struct{}
 }
 
 func newEngine(t testing.TB, model string) *engine {
 	e := &engine{t: t, model: model, canceled: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, e.model)
+		e.mu.Lock()
+		n := e.maxModelLen
+		e.mu.Unlock()
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","max_model_len":%d}]}`, e.model, n)
 	})
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("POST /v1/completions", e.complete)
@@ -290,7 +295,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) service(edit func(*Options)) *Service {
 	h.t.Helper()
 	o := Defaults()
-	o.Listen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
+	o.Listen, o.AdminListen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
 	o.HintPolicy = policyMinBlocks
 	o.Tokenizer = frontdoor.TokenizerDemo // the simulated engines'
 	o.Tick, o.SizeEvery, o.PeerEvery = 5*time.Millisecond, time.Hour, 20*time.Millisecond
@@ -309,6 +314,9 @@ func (h *harness) service(edit func(*Options)) *Service {
 }
 
 func (g *Service) url() string { return "http://" + g.Addr }
+
+// admin is the base URL of the operator views.
+func (g *Service) admin() string { return "http://" + g.AdminAddr }
 
 // post sends body to path and returns the status, headers and body.
 func post(t testing.TB, url, path string, body string, hdr ...string) (int, http.Header, []byte) {
@@ -345,7 +353,7 @@ func get(t testing.TB, url string) []byte {
 
 func (g *Service) route(t testing.TB, body string) routeView {
 	t.Helper()
-	status, _, b := post(t, g.url(), "/debug/route", body)
+	status, _, b := post(t, g.admin(), "/debug/route", body)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}
@@ -360,7 +368,7 @@ func (g *Service) route(t testing.TB, body string) routeView {
 // allow it), to look at hints for a given target.
 func (g *Service) routeTo(t testing.TB, body, target string) routeView {
 	t.Helper()
-	status, _, b := post(t, g.url(), "/debug/route", body, headerTarget, target)
+	status, _, b := post(t, g.admin(), "/debug/route", body, headerTarget, target)
 	if status != http.StatusOK {
 		t.Fatalf("/debug/route: %d %s", status, b)
 	}
@@ -443,8 +451,13 @@ func (h *harness) agent(id string, e *engine, opts ...agentOpt) *agent {
 	return a
 }
 
-func ownerID(id string) string    { return "owner-" + id }
-func endpointOf(id string) string { return "tcp://" + id + ":25000" }
+func ownerID(id string) string { return "owner-" + id }
+
+// endpointOf is worker id's runner endpoint: on the host of its URL (the
+// engines run on loopback), one port per id; nothing dials it.
+func endpointOf(id string) string {
+	return "tcp://127.0.0.1:" + strconv.Itoa(20000+int(crc32.ChecksumIEEE([]byte(id))%10000))
+}
 
 func (a *agent) rank() index.Source  { return index.WorkerRank(a.w.ID, 0) }
 func (a *agent) owner() index.Source { return index.CacheOwner(ownerID(a.w.ID)) }

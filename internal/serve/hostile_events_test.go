@@ -65,7 +65,7 @@ func TestEventsBindSurvivesHostileBytes(t *testing.T) {
 	}
 	want := fmt.Sprintf(`kvrouter_event_stream_total{counter="oversize",endpoint=%q} 1`, bind)
 	eventually(t, "the oversize announcement counted", func() bool {
-		return strings.Contains(string(get(t, g.url()+"/metrics")), want+"\n")
+		return strings.Contains(string(get(t, g.admin()+"/metrics")), want+"\n")
 	})
 
 	eng := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvencode.VLLMMap, "kv@"+e.hostPort()+"@"+testModel)

@@ -67,7 +67,7 @@ func TestStreamPassThrough(t *testing.T) {
 			t.Fatalf("usage not asked for upstream: %s", e.last().Body)
 		}
 	}
-	m := string(get(t, g.url()+"/metrics"))
+	m := string(get(t, g.admin()+"/metrics"))
 	for _, line := range []string{`kvrouter_cached_tokens_total{hinted="false"} 16`, `kvrouter_peer_restored_tokens_total{hinted="false"} 8`,
 		`kvrouter_requests_total{outcome="ok"} 2`, `kvrouter_workers{mode="approximate"} 1`} {
 		if !strings.Contains(m, line+"\n") {
@@ -108,7 +108,7 @@ func TestStreamCancellation(t *testing.T) {
 	}
 	eventually(t, "the load to be released", func() bool { return inFlight() == 0 })
 	eventually(t, "the canceled outcome", func() bool {
-		return strings.Contains(string(get(t, g.url()+"/metrics")), `kvrouter_requests_total{outcome="canceled"} 1`)
+		return strings.Contains(string(get(t, g.admin()+"/metrics")), `kvrouter_requests_total{outcome="canceled"} 1`)
 	})
 }
 
@@ -129,7 +129,7 @@ func TestRetryOnRefused(t *testing.T) {
 	if status != http.StatusOK || hdr.Get(headerWorker) != live.hostPort() {
 		t.Fatalf("status %d worker %q: %s", status, hdr.Get(headerWorker), body)
 	}
-	metrics := string(get(t, g.url()+"/metrics"))
+	metrics := string(get(t, g.admin()+"/metrics"))
 	if !strings.Contains(metrics, "kvrouter_retries_total 1\n") {
 		t.Fatal("retry not counted")
 	}
@@ -215,7 +215,7 @@ func TestApproximateMode(t *testing.T) {
 	var ws struct {
 		Workers []workerView `json:"workers"`
 	}
-	json.Unmarshal(get(t, g.url()+"/debug/workers"), &ws)
+	json.Unmarshal(get(t, g.admin()+"/debug/workers"), &ws)
 	for _, w := range ws.Workers {
 		if w.Mode != "approximate" || w.Origin != "flag" {
 			t.Fatalf("worker %+v", w)
@@ -236,7 +236,7 @@ func TestDebugShapes(t *testing.T) {
 		}
 		return m
 	}
-	_, _, b := post(t, g.url(), "/debug/route", completionBody(prompt(5, 3), ""))
+	_, _, b := post(t, g.admin(), "/debug/route", completionBody(prompt(5, 3), ""))
 	route := keys(b)
 	for _, k := range []string{"target", "candidates", "hint", "hint_decision", "tokens", "blocks"} {
 		if _, ok := route[k]; !ok {
@@ -261,7 +261,7 @@ func TestDebugShapes(t *testing.T) {
 	if tg := route["target"].(map[string]any); tg["worker_id"] != e.hostPort() {
 		t.Errorf("target %v", tg)
 	}
-	b = get(t, g.url()+"/debug/workers")
+	b = get(t, g.admin()+"/debug/workers")
 	var ws struct {
 		DiscoveryLive bool         `json:"discovery_live"`
 		Workers       []workerView `json:"workers"`

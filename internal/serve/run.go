@@ -20,6 +20,7 @@ import (
 
 	"kvrouter/internal/admin"
 	"kvrouter/internal/bus"
+	"kvrouter/internal/contextlen"
 	"kvrouter/internal/cost"
 	"kvrouter/internal/direct"
 	"kvrouter/internal/discovery"
@@ -48,10 +49,17 @@ const (
 // Options configures a router service; each field is a `kvrouter serve` flag.
 type Options struct {
 	Listen string
+	// AdminListen is where the operator views (/metrics, /debug/*) are
+	// served, apart from the OpenAI port: they tell whose prefixes are
+	// cached and where the runners are. Empty serves none.
+	AdminListen string
 	// NATS is the URL of an external cluster; empty starts an embedded
 	// server. Bus, when set, is used instead (tests share one).
 	NATS string
 	Bus  *bus.Bus
+	// NATSAuth is the credential and TLS of the connection; with an
+	// embedded server, what it requires of agents and replicas.
+	NATSAuth bus.Auth
 	// NATSListen is where the embedded server listens (HOST:PORT, port 0
 	// picks one); agents on other machines need a reachable host.
 	NATSListen string
@@ -63,6 +71,10 @@ type Options struct {
 
 	Workers    []direct.WorkerSpec
 	EventsBind string
+	// PeerAllow lists the networks (CIDRs or addresses) whose runner
+	// endpoints any registration may name; otherwise only endpoints on the
+	// registering worker's own host are hinted.
+	PeerAllow []string
 
 	// Tokenizer is frontdoor.TokenizerEngine (the default: the engines'
 	// own POST /tokenize), frontdoor.TokenizerDemo (the simulated fleet's)
@@ -107,6 +119,10 @@ type Options struct {
 	// RetryReset sends a request whose connection to a worker broke before
 	// any byte of the answer to another worker, once.
 	RetryReset bool
+	// BodyTimeout bounds the time a client takes to send a request body;
+	// MaxBodyMemory bounds the bytes of the bodies held at once.
+	BodyTimeout   time.Duration
+	MaxBodyMemory int64
 
 	// Replica names this router on the load subject (default random).
 	Replica string
@@ -118,6 +134,11 @@ type Options struct {
 
 	Now func() time.Time
 	Log *slog.Logger
+	// ContextEvery is how often workers are asked for their context length
+	// (contextlen.Poller.Every); 0 never asks, so that prompts are not
+	// bounded by it. For benchmarks whose engines count every request;
+	// not a flag.
+	ContextEvery time.Duration
 	// Trace, when set, gets the timing of every request sent to a worker
 	// (frontdoor.Server.Trace); for benchmarks, not a flag.
 	Trace func(frontdoor.Timing)
@@ -127,17 +148,23 @@ type Options struct {
 	Local *frontdoor.Local
 }
 
+// DefaultAdminListen is where the operator views are served unless told
+// otherwise: loopback, next to the OpenAI port's default.
+const DefaultAdminListen = "127.0.0.1:8081"
+
 // Defaults returns the flag defaults.
 func Defaults() Options {
 	return Options{
-		Listen: ":8080", NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
+		Listen: ":8080", AdminListen: DefaultAdminListen, NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: frontdoor.TokenizerEngine, TokenizeCache: 4096, TokenizerCheck: tokcheck.Default,
 		Weights:    cost.DefaultWeights(),
 		HintPolicy: policyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
 		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
+		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory,
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
+		ContextEvery: contextlen.DefaultEvery,
 	}
 }
 
@@ -197,6 +224,12 @@ func (o *Options) check() error {
 	}
 	if o.HealthDownAfter < 1 {
 		return fmt.Errorf("%w: --health-down-after %d must be at least 1", errOptions, o.HealthDownAfter)
+	}
+	if o.BodyTimeout <= 0 {
+		return fmt.Errorf("%w: --body-timeout %v must be positive", errOptions, o.BodyTimeout)
+	}
+	if o.MaxBodyMemory <= 0 {
+		return fmt.Errorf("%w: --max-body-memory %d must be positive", errOptions, o.MaxBodyMemory)
 	}
 	if o.EngineMetricsInterval < 0 {
 		return fmt.Errorf("%w: --engine-metrics-interval %v must not be negative", errOptions, o.EngineMetricsInterval)
@@ -281,17 +314,24 @@ func newClient() *http.Client {
 // Peers is the front door's view of the load in flight.
 var _ frontdoor.LoadTracker = (*loadshare.Peers)(nil)
 
+// The poller tells the front door each model's context.
+var _ frontdoor.ContextLimits = (*contextlen.Poller)(nil)
+
 // Service is a running router service.
 type Service struct {
-	Addr   string // the bound listen address
-	Server *frontdoor.Server
-	Router *router.Router
-	Bus    *bus.Bus
+	Addr string // the bound listen address
+	// AdminAddr is the bound address of the operator views, "" when none
+	// are served.
+	AdminAddr string
+	Server    *frontdoor.Server
+	Router    *router.Router
+	Bus       *bus.Bus
 
-	cancel context.CancelFunc
-	http   *http.Server
-	wg     sync.WaitGroup
-	ownBus bool
+	cancel    context.CancelFunc
+	http      *http.Server
+	adminHTTP *http.Server // nil without --admin-listen
+	wg        sync.WaitGroup
+	ownBus    bool
 }
 
 // Start brings a router service up: the routing decision core, NATS
@@ -346,7 +386,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	}
 	svc := &Service{Router: r, Bus: o.Bus}
 	if svc.Bus == nil {
-		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log}
+		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log, Auth: o.NATSAuth}
 		if o.NATS == "" {
 			host, port, err := net.SplitHostPort(o.NATSListen)
 			if err != nil {
@@ -362,7 +402,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		}
 		svc.ownBus = true
 		if svc.Bus.Embedded() {
-			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", svc.Bus.URL)
+			o.Log.Info("started embedded NATS; point agents and other replicas at it with --nats", "url", svc.Bus.URL,
+				"token_file", svc.Bus.TokenFile)
 		}
 	}
 	fail := func(err error) (*Service, error) {
@@ -370,6 +411,10 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			svc.Bus.Close()
 		}
 		return nil, err
+	}
+	peerAllow, err := follow.ParsePeerAllow(o.PeerAllow)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", errOptions, err))
 	}
 	registry := o.Registry
 	if registry == nil {
@@ -382,15 +427,33 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		return fail(fmt.Errorf("--listen %s: %w", o.Listen, err))
 	}
 	svc.Addr = ln.Addr().String()
+	var adminLn net.Listener
+	if o.AdminListen != "" {
+		if adminLn, err = net.Listen("tcp", o.AdminListen); err != nil {
+			ln.Close()
+			return fail(fmt.Errorf("--admin-listen %s: %w", o.AdminListen, err))
+		}
+		svc.AdminAddr = adminLn.Addr().String()
+	}
 
 	peers := loadshare.NewPeers(svc.Bus.Conn, o.Replica, r.Load(), o.PeerEvery, o.PeerTimeout, loadshare.NewMetrics(reg), o.Log, o.Now)
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
 	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
-		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset}
+		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset,
+		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory}
+	var contexts *contextlen.Poller
+	if o.ContextEvery > 0 {
+		contexts = &contextlen.Poller{Router: r, Client: client, Every: o.ContextEvery, Log: o.Log}
+		svc.Server.Context = contexts
+	}
 	mux := http.NewServeMux()
 	svc.Server.Mount(mux)
-	(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Tokenizer: o.tokenizerName(), Check: check}).Mount(mux)
 	svc.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if adminLn != nil {
+		amux := http.NewServeMux()
+		(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Tokenizer: o.tokenizerName(), Check: check}).Mount(amux)
+		svc.adminHTTP = &http.Server{Handler: amux, ReadHeaderTimeout: 10 * time.Second}
+	}
 
 	ctx, svc.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	run := func(f func()) { svc.wg.Go(f) }
@@ -399,9 +462,17 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			o.Log.Error("http server stopped", "err", err)
 		}
 	})
+	if svc.adminHTTP != nil {
+		run(func() {
+			if err := svc.adminHTTP.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				o.Log.Error("operator views server stopped", "err", err)
+			}
+		})
+	}
 	// Agents' registrations are unknown until the first watch is in step.
 	r.SetDiscoveryLive(false)
-	disc := &follow.Discovery{Registry: registry, Router: r, NC: svc.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now}
+	disc := &follow.Discovery{Registry: registry, Router: r, NC: svc.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now,
+		PeerAllow: peerAllow}
 	run(func() { disc.Run(ctx) })
 	fleet := &direct.Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: direct.NewMetrics(reg), Log: o.Log, Now: o.Now}
 	run(func() { fleet.Run(ctx) })
@@ -410,6 +481,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 			o.Log.Error("load sharing with replicas stopped", "err", err)
 		}
 	})
+	if contexts != nil {
+		run(func() { contexts.Run(ctx) })
+	}
 	prober := &enginehealth.Prober{Router: r, Client: client, Timeout: o.HealthTimeout, Log: o.Log, Now: o.Now}
 	run(func() { prober.Run(ctx) })
 	if o.EngineMetricsInterval > 0 {
@@ -420,7 +494,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	if check != nil {
 		run(func() { check.Run(ctx) })
 	}
-	o.Log.Info("kvrouter serving", "listen", svc.Addr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
+	o.Log.Info("kvrouter serving", "listen", svc.Addr, "admin_listen", svc.AdminAddr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
 	return svc, nil
 }
 
@@ -450,6 +524,11 @@ func (svc *Service) Close() error {
 	if err != nil {
 		// Streams still running past the grace period are cut.
 		svc.http.Close()
+	}
+	if svc.adminHTTP != nil {
+		if aerr := svc.adminHTTP.Shutdown(sctx); aerr != nil {
+			svc.adminHTTP.Close()
+		}
 	}
 	svc.cancel()
 	svc.wg.Wait()

@@ -65,7 +65,7 @@ func TestTokenizerCheck(t *testing.T) {
 				} `json:"tokenizer"`
 			}
 			eventually(t, "the tokenizer check", func() bool {
-				json.Unmarshal(get(t, g.url()+"/debug/workers"), &view)
+				json.Unmarshal(get(t, g.admin()+"/debug/workers"), &view)
 				return len(view.Tokenizer.Checks) == 1
 			})
 			c := view.Tokenizer.Checks[0]
@@ -73,7 +73,7 @@ func TestTokenizerCheck(t *testing.T) {
 				c.Compared != tc.compared || c.Mismatch != tc.mismatch || (tc.mismatch && len(c.Diffs) == 0) {
 				t.Fatalf("/debug/workers tokenizer %+v", view.Tokenizer)
 			}
-			if metrics := string(get(t, g.url()+"/metrics")); tc.metric != "" && !strings.Contains(metrics, tc.metric) {
+			if metrics := string(get(t, g.admin()+"/metrics")); tc.metric != "" && !strings.Contains(metrics, tc.metric) {
 				t.Errorf("/metrics lacks %s", tc.metric)
 			}
 		})

@@ -165,6 +165,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if local == nil {
 		o.Tokenizer = frontdoor.TokenizerDemo // never used: prompts are ids
 	}
+	o.AdminListen = "" // the benchmark reads no operator view
+	// The null engine counts every request it answers: nothing but the
+	// benchmark's may reach it.
+	o.ContextEvery = 0
 	// The null engine answers a health probe like a request: periodic
 	// probes would count as backend requests.
 	o.HealthInterval = 0

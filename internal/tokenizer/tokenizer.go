@@ -27,6 +27,8 @@ type Tokenizer struct {
 	decoder    []decodeStep
 	hasDecoder bool
 	vocabSize  int
+	// maxBytesPerToken is MaxBytesPerToken, computed at load.
+	maxBytesPerToken int
 }
 
 // fileJSON is a tokenizer.json.
@@ -97,6 +99,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		ids[id] = struct{}{}
 	}
 	t.vocabSize = len(ids)
+	t.maxBytesPerToken = t.bytesPerToken()
 	if prefixSafe(t) {
 		t.prefix = new(prefixCache)
 	}

@@ -209,11 +209,11 @@ func buildEvents(d *Descriptor, ev *eventsConfig, dialHost string, offsetByGloba
 			e.ReplayEndpoint, e.ReplayDial = rep.String(), rep.dialable(dialHost).String()
 		}
 		if ev.snapshot != nil {
-			// The agent does not use snapshots yet, but the engine binds the
-			// socket all the same, so its ports must not clash.
-			if _, err := ev.snapshot.at(off, rank, ports); err != nil {
+			snap, err := ev.snapshot.at(off, rank, ports)
+			if err != nil {
 				return err
 			}
+			e.SnapshotEndpoint, e.SnapshotDial = snap.String(), snap.dialable(dialHost).String()
 		}
 		d.Events = append(d.Events, e)
 	}

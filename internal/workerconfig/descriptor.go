@@ -91,6 +91,10 @@ type EventEndpoint struct {
 	// Replay is the engine's replay ROUTER (always bound); empty when unset.
 	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
 	ReplayDial     string `json:"replay_dial,omitempty"`
+	// Snapshot is SGLang's snapshot-v1 ROUTER (always bound); empty when
+	// unset.
+	SnapshotEndpoint string `json:"snapshot_endpoint,omitempty"`
+	SnapshotDial     string `json:"snapshot_dial,omitempty"`
 	// Topic is the engine's topic; SUB filtering is by prefix.
 	Topic string `json:"topic"`
 }

@@ -1,0 +1,254 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"kvrouter/internal/discovery"
+	"kvrouter/internal/ingest"
+	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvstream"
+	"kvrouter/internal/relay"
+	"kvrouter/internal/runner"
+	"kvrouter/internal/workerconfig"
+)
+
+// testRunner is a KV cache runner serving its control endpoint on port.
+type testRunner struct {
+	r    *runner.Runner
+	srv  *runner.Server
+	done chan error
+	once sync.Once
+}
+
+// serveRunner serves r (a new runner when nil) on port.
+func serveRunner(t *testing.T, r *runner.Runner, port int) *testRunner {
+	t.Helper()
+	if r == nil {
+		var err error
+		if r, err = runner.New(runner.Config{BlockBytes: 64, Capacity: 4, Logger: quiet()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := runner.NewServer(r, runner.TCPConfig{BlockBytes: 64, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	eventually(t, "the runner's port", func() bool {
+		ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		return err == nil
+	})
+	tr := &testRunner{r: r, srv: srv, done: make(chan error, 1)}
+	go func() { tr.done <- srv.Serve(ln) }()
+	t.Cleanup(tr.stop)
+	return tr
+}
+
+func (tr *testRunner) stop() {
+	tr.once.Do(func() {
+		tr.srv.Close()
+		<-tr.done
+	})
+}
+
+// A cache owner's inventory is its runner's: an engine restart keeps it
+// (the owner is a hint source again once the runner answers with its
+// epoch), a runner silent for less than --owner-ttl keeps it too, and a
+// runner restart or one silent past the TTL drops it.
+func TestAgentOwnerOutlivesEngine(t *testing.T) {
+	port := freePort(t)
+	rn := serveRunner(t, nil, port)
+	e := startEngineWith(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0, func(_, extra, _ map[string]any) {
+		extra["control_port"] = port
+	})
+	b := openBus(t)
+	c := startCluster(t, e, b, func(cfg *Config) { cfg.RunnerProbe, cfg.OwnerTTL = 20*time.Millisecond, 500*time.Millisecond })
+	c.subscribed()
+	s := c.follow()
+	e.publish("", e.ev("store", false, "A", "B"), e.ev("store", true, "A", "B"))
+	c.expect(s, "the worker's blocks", c.worker, "A@0 B@0", true)
+	c.expect(s, "the owner's blocks", c.owner, "A@3 B@3", true)
+
+	// A new engine process: seq from 0, empty GPU cache; the runner lives.
+	e.restart()
+	before := c.agent.Stats().Messages
+	eventually(t, "the restarted engine's batches", func() bool {
+		e.publish("")
+		return c.agent.Stats().Messages > before
+	})
+	c.expect(s, "the worker rebuilt", c.worker, "", true)
+	c.expect(s, "the owner kept", c.owner, "A@3 B@3", true)
+	e.publish("", e.ev("store", true, "C"))
+	c.expect(s, "the owner's new block under its kept ones", c.owner, "A@3 B@3 C@3", true)
+
+	// The runner stops answering, then answers again with its epoch
+	// within the TTL: not a hint source meanwhile, its blocks kept.
+	rn.stop()
+	c.expect(s, "the owner withdrawn while its runner is silent", c.owner, "", false)
+	rn = serveRunner(t, rn.r, port)
+	c.expect(s, "the owner back with its blocks", c.owner, "A@3 B@3 C@3", true)
+
+	// A new runner process: the old one's blocks are gone with it.
+	rn.stop()
+	rn = serveRunner(t, nil, port)
+	c.expect(s, "the owner of the new runner", c.owner, "", true)
+	e.publish("", e.ev("store", true, "X"))
+	c.expect(s, "the new runner's block", c.owner, "X@3", true)
+
+	// Silent past the TTL: dropped, whoever answers next.
+	rn.stop()
+	eventually(t, "the owner expired", func() bool { return c.agent.Stats().Counts[ingest.ResetRunnerExpired] == 1 })
+	serveRunner(t, rn.r, port)
+	c.expect(s, "the owner after its expiry", c.owner, "", true)
+	st := c.agent.Stats()
+	if st.Counts[ingest.ResetRunnerRestart] != 1 || st.Counts[ingest.ResetRestart]+st.Counts[ingest.ResetReconnected] == 0 {
+		t.Fatalf("resets %+v", st.Counts)
+	}
+}
+
+// On a clean stop the relay's gone messages reach NATS before the
+// registration's deletion: a router reading both on one connection gets
+// them in that order.
+func TestAgentStopOrder(t *testing.T) {
+	e := startEngine(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0)
+	b := openBus(t)
+	c := startCluster(t, e, b, nil)
+	c.subscribed()
+	// Both on one connection, into one channel: nats.go hands each
+	// message to its channel from the connection's reader, in order.
+	ch := make(chan *nats.Msg, 4096)
+	for _, subj := range []string{relay.Prefix(c.agent.cfg.WorkerID) + ".>", "$KV." + discovery.DefaultBucket + ".>"} {
+		sub, err := b.Conn.ChanSubscribe(subj, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if err := b.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for deleted := false; !deleted; {
+		select {
+		case m := <-ch:
+			if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+				order, deleted = append(order, "deregistered"), true
+				continue
+			}
+			if rm, err := relay.Decode(m.Data); err == nil && rm.Kind == relay.KindGone {
+				order = append(order, "gone "+rm.Source.String())
+			}
+		case <-time.After(waitLimit):
+			t.Fatalf("no deregistration; saw %q", order)
+		}
+	}
+	if want := []string{"gone " + c.worker.String(), "deregistered"}; fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("order %q, want %q", order, want)
+	}
+}
+
+// An idle engine's history is the agent's initial inventory without any
+// live batch: the catch-up starts at the subscription.
+func TestAgentCatchesUpOnIdleEngine(t *testing.T) {
+	e := startEngine(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0)
+	e.publish("", e.ev("store", false, "A", "B"), e.ev("store", true, "A"))
+	e.publish("", e.ev("remove", false, "B"))
+	b := openBus(t)
+	c := startCluster(t, e, b, nil)
+	s := c.follow()
+	c.expect(s, "the idle engine's history", c.worker, "A@0", true)
+	c.expect(s, "the owner's history", c.owner, "A@3", true)
+	if n := c.agent.Stats().Messages; n != 2 {
+		t.Fatalf("%d batches handled, want the 2 of the history", n)
+	}
+}
+
+// An engine offering snapshot-v1: its cut, with the history before it,
+// is the initial inventory, and live batches follow the cut's resume seq
+// under its epoch.
+func TestAgentSnapshotCatchUp(t *testing.T) {
+	snapPort := freePort(t)
+	e := startEngineWith(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0, func(_, _, events map[string]any) {
+		events["snapshot_endpoint"] = fmt.Sprintf("tcp://*:%d", snapPort)
+	})
+	e.pub.Close()
+	p, err := kvstream.NewPublisher(kvstream.PublisherConfig{
+		Endpoint: fmt.Sprintf("tcp://*:%d", e.port), ReplayEndpoint: fmt.Sprintf("tcp://*:%d", e.replay), Logger: quiet(),
+		Snapshot: kvstream.SnapshotServerConfig{Endpoint: fmt.Sprintf("tcp://*:%d", snapPort), Topic: e.topic, Epoch: "ep1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pub = p
+	live := e.topic + kvstream.EpochSuffix("ep1")
+	publish := func(evs ...kvevents.Event) {
+		t.Helper()
+		payload, err := e.enc.Encode(kvevents.Batch{TS: 1700000000.5, HasDPRank: true, Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.PublishEvents(live, payload, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(e.ev("store", false, "A", "B"), e.ev("store", true, "A"))
+	publish(e.ev("remove", false, "B"))
+
+	b := openBus(t)
+	c := startCluster(t, e, b, nil)
+	s := c.follow()
+	c.expect(s, "the cut", c.worker, "A@0", true)
+	c.expect(s, "the owner's part of the cut", c.owner, "A@3", true)
+	publish(e.ev("store", false, "X"))
+	c.expect(s, "a live batch after the cut", c.worker, "A@0 X@0", true)
+	st := c.agent.Stats()
+	// B's store was cut off: the snapshot no longer holds it.
+	if st.Counts[ingest.DropUncut] != 1 || st.Counts[ingest.ResetEpoch] != 0 || st.Counts[ingest.ResetUnrecoverable] != 0 {
+		t.Fatalf("counts %+v", st.Counts)
+	}
+}
+
+func TestRunnerWatch(t *testing.T) {
+	w := runnerWatch{ttl: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	down := fmt.Errorf("dial: %w", net.ErrClosed)
+	busy := fmt.Errorf("refused: %w", runner.ErrPeerBusy)
+	for i, st := range []struct {
+		epoch uint64
+		err   error
+		at    time.Duration
+		want  string
+	}{
+		{7, nil, 0, "up 7"},
+		{7, nil, time.Second, "up 7"},  // every answer: the core needs one after each engine signal
+		{0, busy, 2 * time.Second, ""}, // alive, epoch unsaid
+		{0, down, 3 * time.Second, "down"},
+		{0, down, 12 * time.Second, ""},
+		{0, down, 13 * time.Second, "expired"},
+		{0, down, 14 * time.Second, ""},
+		{8, nil, 15 * time.Second, "up 8"},
+		{0, down, 16 * time.Second, "down"},
+	} {
+		rep, send := w.observe(st.epoch, st.err, t0.Add(st.at))
+		got := ""
+		if send {
+			got = [...]string{ingest.RunnerUp: "up", ingest.RunnerDown: "down", ingest.RunnerExpired: "expired"}[rep.State]
+			if rep.State == ingest.RunnerUp {
+				got += fmt.Sprintf(" %d", rep.Epoch)
+			}
+		}
+		if got != st.want {
+			t.Fatalf("step %d: %q, want %q", i, got, st.want)
+		}
+	}
+}
