@@ -49,7 +49,7 @@ func TestLoRAFindsItsBlocks(t *testing.T) {
 			var rv routeView
 			eventually(t, "the adapter's blocks to be indexed", func() bool {
 				rv = g.route(t, body(tc.adapt))
-				return rv.OverlapBlocks > 0
+				return rv.Blocks > 0 && rv.OverlapBlocks == rv.Blocks
 			})
 			if rv.Target.WorkerID != served || rv.OverlapBlocks != rv.Blocks {
 				t.Fatalf("adapter request routed %+v, want all %d blocks on %s", rv, rv.Blocks, served)
