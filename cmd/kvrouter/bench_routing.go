@@ -29,13 +29,16 @@ func newBenchRoutingCmd() *cobra.Command {
 		userTokens, outTokens   int
 		rate                    float64
 		seed                    uint64
+		pd                      bool
+		pdFlavor                string
+		pdThreshold             int
 	)
 	cmd := &cobra.Command{
 		Use:   "routing",
 		Short: "Compare routing policies on a local cluster: recomputed tokens and time to first token",
 		Long: fmt.Sprintf(`routing starts a local cluster (an embedded NATS server, --engines simulated
 engines 'kvrouter mocker' each with a real KV cache runner and a state agent)
-and sends the same workload through a router service once per policy:
+and sends the same workload through a router service once per policy (and repeat):
 
   round_robin   --routing round-robin --hint-policy off
   random        --routing random --hint-policy off
@@ -48,22 +51,23 @@ runner) and a fresh router service is started, and the run waits until its
 index is empty: every policy starts cold on the same engines, and only the
 router service's flags differ.
 
-Calibration. The cost policy hints when setup + bytes/bandwidth is below
-tokens/prefill_rate, so every term is set to what the engines really cost in
-wall time. --hint-prefill-tokens-per-s = 1e6 / --prefill-us-per-token ×
---speedup (simulated time runs --speedup times faster; a pull's transfer takes
-its real time). The pull's fixed cost and rate are measured first, in this very
-cluster: a calibration router forces prompts of 2, 12 and 48 blocks onto engine
-A, then onto B with a hint, and B's peer-pull histogram gives each pull's wall
-time; a line through the medians gives --hint-setup-ms (intercept) and the
-transfer rate (slope). The engine's restore of a pulled token
-(--restore-us-per-token / --speedup) is folded into --hint-bandwidth-gbps, the
-policy having no term of its own for it. The resulting crossover (the extra
-prefix length beyond which a pull wins) is printed, with the recompute rate the
-probes saw as a check (the mocker's real CPU work per block, filling and hashing
-its KV bytes, is part of the simulated time; it shows only where it outlasts
-it, on a host too busy to keep up, and the report warns below 90%%).
---hint-bandwidth-gbps skips the measurement.
+No calibration. Every router starts with the cost policy's documented prior
+(an RDMA-class fleet) and learns from the engines' answers: each hinted
+request's usage reports what its pull cost (usage.kvrouter.pull), and every
+answer's time to first token against the prompt tokens it recomputed gives
+each target's recompute rate. Nothing is measured before the run and no hint
+flag is passed; --hint-bandwidth-gbps and --hint-setup-ms fix those figures
+instead, for a comparison with a router told the answer. The report prints
+what the kv_hints router had learned by the end of each run, beside what the
+engines really cost.
+
+Repeats. --repeats N runs every policy N times, on seeds --seed .. --seed+N-1,
+each repeat running every policy (in a rotated order) before the next starts,
+so that a change in the host's load hits the policies alike. The figures are
+the medians over the repeats, the table shows the range of TTFT p90 and of
+recomputed tokens, and a comparison whose repeats spread wider than the
+medians differ is called not conclusive. --json adds "runs" (each repeat's own
+figures) and "comparisons".
 
 The fixed cost of a pull. On a real fleet a pull pays a fixed cost before its
 first byte moves: the transfer engine's setup (memory registration, connection
@@ -72,7 +76,7 @@ round trips over a real network. That is why pulling beats recomputing only
 beyond a crossover of a few thousand tokens. Loopback has next to none of it,
 so the engines simulate it: each waits --pull-setup-ms (divided by --speedup,
 like every simulated cost) before a pull, whose blocks then really move over
-TCP, and the probe pulls measure it back as the intercept. With the defaults
+TCP; the router learns it back from the pulls it causes. With the defaults
 (64-token blocks of 1 MiB, 75 µs per token, 130 ms) and pulls at ~7.5 Gbit/s
 on a 2-core VM, a token costs ~17 µs to pull plus 5 µs to restore against 75
 µs to recompute, a gain of ~53 µs: the crossover is about 130 ms / 53 µs =
@@ -84,22 +88,36 @@ system prompts of %d-%d tokens, %d new tokens a turn, bursts of %d
 every %v (agentic sessions whose long prefixes dominate; the first background
 sessions take each prompt in turn, so that no burst lands on a prompt no
 engine has seen); --quick %d x %d, bursts every %v, the trace cut to %d
-requests at --time-scale %g, one probe pull per size: under a minute in all.
+requests at --time-scale %g: under a minute in all.
 
 Reports per policy: TTFT p50/p90/p99, e2e p50, output tokens/s, the share of
 prompt tokens found in the worker's own cache and pulled from a peer, tokens
 recomputed, hints issued and skipped (the router's /metrics; a hint-less
 policy skips every request), errors; then kv_hints' TTFT p90 against every
-other policy's. --json prints
-{"workload", "policies", "ratios", "config"}. --plot writes the TTFT CDF of
-every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
+other policy's, and the machine's load average. --json prints
+{"workload", "policies", "ratios", "comparisons", "runs", "config"}. --plot writes the TTFT CDF of
+every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.
+
+--pd compares serving modes instead of policies, on one workload and the same
+number of engines, KV-aware routing without hints in each: aggregated (every
+engine serves whole requests), disaggregated (one prefill engine, the others
+decode engines, every request in two legs: 'kvrouter mocker --role') and
+conditional (the same fleet; a decode worker that would compute fewer than
+--pd-local-prefill-tokens prompt tokens itself runs the request alone). It
+reports TTFT and inter-token latency (ITL: per request, (e2e - TTFT) / (output
+tokens - 1)) p50 and p90 side by side: what disaggregation buys is decode steps
+that no long prefill holds up. --pd-flavor picks the engines (vllm by default;
+sglang's decode servers cannot run a request alone, so its conditional mode is
+not run). --pull-setup-ms applies to the prefill-to-decode hand-over too.
+--json prints {"flavor", "engines", "runs", "config"}.`,
 			fw.Sessions, fw.Turns, fw.SystemPrompts, fw.SystemTokensMin, fw.SystemTokensMax, fw.UserTokens,
 			fw.BurstSize, fw.BurstInterval, qw.Sessions, qw.Turns, qw.BurstInterval,
 			quick.MaxRequests, quick.TimeScale),
 		Example: `  kvrouter bench routing
   kvrouter bench routing --quick
   kvrouter bench routing --workload mooncake --trace mooncake.jsonl --json
-  kvrouter bench routing --policies kv,kv_hints --plot /tmp/ttft.svg`,
+  kvrouter bench routing --policies kv,kv_hints --plot /tmp/ttft.svg
+  kvrouter bench routing --pd --quick --engines 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := interruptible(cmd)
@@ -120,6 +138,10 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 			o.Agentic.UserTokens, o.Agentic.OutputTokens = userTokens, outTokens
 			o.Out, o.Err = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.TTY = isTerminal(os.Stderr)
+			if pd {
+				_, err := policybench.RunPD(ctx, policybench.PDOptions{Options: o, Flavor: pdFlavor, LocalPrefillTokens: pdThreshold})
+				return err
+			}
 			_, err := policybench.Run(ctx, o)
 			return err
 		},
@@ -141,9 +163,9 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 	f.Float64Var(&restoreUS, "restore-us-per-token", us(full.RestorePerToken), "simulated cost of copying a restored token into the GPU pool, µs")
 	f.Float64Var(&pullSetupMS, "pull-setup-ms", ms(full.PullSetup), "simulated fixed cost of every peer pull, ms (mocker --pull-setup-ms; wall time = this / --speedup): a real fleet's transfer setup, which loopback lacks; 0 adds none")
 	f.Float64Var(&o.Speedup, "speedup", 0, fmt.Sprintf("simulated time runs this many times faster than the wall; 0 takes the preset (%g, --quick %g)", full.Speedup, quick.Speedup))
-	f.Float64Var(&o.HintBandwidthGbps, "hint-bandwidth-gbps", 0, "peer pull rate (Gbit/s, transfer alone) instead of measuring it; the restore is still folded in")
-	f.Float64Var(&setupMS, "hint-setup-ms", 0, "fixed cost of a pull the router assumes, wall ms; 0 takes the measured one (with --hint-bandwidth-gbps, --pull-setup-ms / --speedup)")
-	f.IntVar(&o.ProbeRepeats, "probe-repeats", 0, fmt.Sprintf("calibration pulls per size; 0 takes the preset (%d, --quick %d)", full.ProbeRepeats, quick.ProbeRepeats))
+	f.Float64Var(&o.HintBandwidthGbps, "hint-bandwidth-gbps", 0, "fix the routers' peer pull rate, Gbit/s, instead of letting them learn it")
+	f.Float64Var(&setupMS, "hint-setup-ms", 0, "fix the routers' pull setup cost, wall ms, instead of letting them learn it")
+	f.IntVar(&o.Repeats, "repeats", 1, "run every policy this many times, on seeds --seed, --seed+1, ...; report medians and ranges")
 	f.IntVar(&sessions, "sessions", 0, fmt.Sprintf("agentic: conversations; 0 takes the preset (%d, --quick %d)", fw.Sessions, qw.Sessions))
 	f.IntVar(&turns, "turns", 0, fmt.Sprintf("agentic: requests per conversation; 0 takes the preset (%d, --quick %d)", fw.Turns, qw.Turns))
 	f.IntVar(&prompts, "system-prompts", 0, fmt.Sprintf("agentic: distinct shared system prompts; 0 takes the preset (%d)", fw.SystemPrompts))
@@ -160,6 +182,9 @@ every policy as SVG. Progress goes to stderr. Ctrl-C stops every process.`,
 	f.IntVar(&o.MaxRequests, "max-requests", 0, fmt.Sprintf("mooncake: replay the first this many requests; 0 takes the preset (all, --quick %d)", quick.MaxRequests))
 	f.StringVar(&o.Records, "records", "", "write every request's figures (TTFT, cache hits, ...) here, one <policy>.jsonl each")
 	f.StringVar(&o.LogDir, "log-dir", "", "keep every process's log here; default a temporary directory, removed after a clean run")
+	f.BoolVar(&pd, "pd", false, "compare serving modes (aggregated, disaggregated, conditional) instead of routing policies")
+	f.StringVar(&pdFlavor, "pd-flavor", "vllm", "--pd: engines imitated, vllm or sglang")
+	f.IntVar(&pdThreshold, "pd-local-prefill-tokens", 0, "--pd: the conditional mode's threshold (serve --pd-local-prefill-tokens); 0 takes serve's default")
 	f.BoolVar(&verbose, "verbose", false, "log the cluster's start and stop")
 	return cmd
 }

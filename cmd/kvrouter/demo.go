@@ -15,8 +15,13 @@ import (
 
 func init() { commands = append(commands, newDemoCmd) }
 
-// errSeedFailed exits 1 after the scenario's JSON was printed.
-var errSeedFailed = errors.New("seed scenario failed: see the steps marked \"ok\": false")
+// errSeedFailed, errPDFailed and errTenantsFailed exit 1 after the
+// scenario's JSON was printed.
+var (
+	errSeedFailed    = errors.New("seed scenario failed: see the steps marked \"ok\": false")
+	errPDFailed      = errors.New("pd scenario failed: a flavour has errors, answers unlike an aggregated engine's, or no prefill leg")
+	errTenantsFailed = errors.New("tenants scenario failed: a block crossed tenants, a salted tenant reused nothing of its own, or a request failed")
+)
 
 func newDemoCmd() *cobra.Command {
 	var (
@@ -57,12 +62,43 @@ then the blocks are evicted from A (GPU and runner) and from B, and once the
 removals reach the router it must attach no hint. It prints one JSON object
 {"restored_tokens", "output_match", "peer_hint_after_eviction", "hint",
 "steps"} and exits 0 only when every check holds. It reads --flavor, --log-dir
-and --json; the other flags shape the workload run.`,
+and --json; the other flags shape the workload run.
+
+--scenario pd serves disaggregated, for each flavour in turn: one prefill and
+two decode engines ('kvrouter mocker --role prefill|decode') behind the router,
+which runs each request's prefill leg and decode leg in the engine's protocol
+(vLLM: kv_transfer_params; SGLang: bootstrap_host/port/room); the decode engine
+pulls the prompt's KV from the prefill's runner over TCP. Multi-turn sessions
+(12 x 4 turns, a 3,000-token context growing 40 tokens a turn) let a vLLM decode
+worker that holds the conversation run later turns alone (the prefill leg
+skipped); SGLang's decode servers cannot. Every answer is compared with an
+aggregated engine's, run in this process off the router. It prints
+{"flavours": {"vllm": {...}, "sglang": {...}}}, each with requests, errors,
+prefill_legs, skipped_prefill_legs, fallbacks, outputs_identical_to_aggregated,
+decode_pulled_tokens and ttft_p50_ms, and exits 0 only when both flavours had
+no error, only aggregated answers and prefill legs. It reads --log-dir,
+--speedup and --json.
+
+--scenario tenants runs, for each engine flavour (vllm, then sglang), three
+workers and salted ("tenant-a", "tenant-b") and unsalted requests sharing
+two system prompts of 2,048 tokens, each forced to a worker: tenant-a's
+prompt lands on A, whose GPU copy is evicted so that only its runner holds
+it; then the other tenants ask for the same prompt where only another
+tenant's copy exists, and tenant-a asks on B, where its own copy on A is
+worth pulling. It prints {"flavours": {"vllm": {...}, "sglang": {...}}},
+each with requests, errors, hints, cross_tenant_hints and
+cross_tenant_restored_tokens (a hint or restore whose source never served
+the request's tenant that prompt, or that named blocks outside the
+request's chain: must be 0) and same_tenant_restored_tokens (must be > 0),
+and exits 0 only when both hold for both flavours. It reads --log-dir and
+--json.`,
 		Example: `  kvrouter demo
   kvrouter demo --keep
   kvrouter demo --engines 4 --sessions 64 --json
   kvrouter demo --flavor vllm --log-dir ./demo-logs
-  kvrouter demo --scenario seed --json`,
+  kvrouter demo --scenario seed --json
+  kvrouter demo --scenario pd --json
+  kvrouter demo --scenario tenants --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := interruptible(cmd)
@@ -85,9 +121,33 @@ and --json; the other flags shape the workload run.`,
 					return errSeedFailed
 				}
 				return nil
+			case "pd", "tenants":
+				var res interface{ OK() bool }
+				var err error
+				fail := errPDFailed
+				if scenario == "pd" {
+					res, err = demo.PD(ctx, demo.PDOptions{LogDir: o.LogDir, Speedup: o.Speedup, Logger: o.Logger, Err: cmd.ErrOrStderr()})
+				} else {
+					res, err = demo.Tenants(ctx, demo.TenantsOptions{LogDir: o.LogDir, Logger: o.Logger})
+					fail = errTenantsFailed
+				}
+				if err != nil {
+					return err
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				if !o.JSON {
+					enc.SetIndent("", "  ")
+				}
+				if err := enc.Encode(res); err != nil {
+					return err
+				}
+				if !res.OK() {
+					return fail
+				}
+				return nil
 			case "", "workload":
 			default:
-				return fmt.Errorf("--scenario %q: want workload (the default) or seed", scenario)
+				return fmt.Errorf("--scenario %q: want workload (the default), seed, pd or tenants", scenario)
 			}
 			o.Workload = quick
 			o.Out, o.Err = cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -97,7 +157,7 @@ and --json; the other flags shape the workload run.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&scenario, "scenario", "workload", "workload (the multi-turn run) or seed (the upstream peer-restore validation, two workers)")
+	f.StringVar(&scenario, "scenario", "workload", "workload (the multi-turn run), seed (the upstream peer-restore validation, two workers), pd (disaggregated serving, both flavours) or tenants (salted and unsalted tenants sharing prompts: nothing may cross tenants)")
 	f.IntVar(&o.Engines, "engines", demo.DefaultEngines, "simulated engines, each with its state agent")
 	f.StringVar(&o.Flavor, "flavor", "sglang", "engine imitated: sglang or vllm")
 	f.IntVar(&o.TP, "tp", 1, "tensor-parallel ranks per engine (one runner shard each)")

@@ -73,12 +73,23 @@ The engine's configuration is served where the state agent reads it: SGLang
 GET /get_server_info, vLLM GET /kvrouter/engine_args. POST /admin/evict
 {"tier":"gpu|runner|all","prompt":"..."|"tokens":[...],"dp_rank":N} evicts
 blocks (all of them without prompt or tokens); POST /admin/reset clears every
-cache. A request picks its rank with "dp_rank" or the X-Kvrouter-Dp-Rank
-header, else the least loaded.`,
+cache. A request's rank is the one a router names (the X-Kvrouter-Dp-Rank
+header, or vLLM's X-Data-Parallel-Rank), else the body's (SGLang's
+"data_parallel_rank", or "dp_rank"), else the least loaded.
+
+With --role prefill or decode the engine serves one leg of disaggregated
+requests, as the flavour's engine does: vLLM's prefill leg carries
+kv_transfer_params {"do_remote_decode": true} and is answered with
+kv_transfer_params naming the prefill's runner and blocks, which the decode
+leg carries back; SGLang's legs both carry bootstrap_host, bootstrap_port and
+bootstrap_room, and the decode engine asks the prefill's bootstrap server
+(--bootstrap-port) where the room's blocks are. Either way the decode engine
+pulls them over the runner transport and answers as one engine would have.`,
 		Example: `  kvrouter mocker --flavor sglang --block-size 64
   kvrouter mocker --flavor vllm --listen 127.0.0.1:8001 --control-port 26000 \
       --kv-events-endpoint 'tcp://*:5567' --kv-events-replay-endpoint 'tcp://*:5667'
-  kvrouter mocker --dp 2 --tp 2 --speedup 10`,
+  kvrouter mocker --dp 2 --tp 2 --speedup 10
+  kvrouter mocker --flavor sglang --role prefill --bootstrap-port 8998`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
@@ -147,6 +158,9 @@ header, else the least loaded.`,
 	f.StringArrayVar(&c.LoRAs, "lora", nil, "a LoRA adapter served besides the model, by the name requests give it (repeatable): vLLM requests name it as their model, SGLang ones in lora_path or as model \"MODEL:ADAPTER\"; its blocks are cached and hashed apart, as the engines do")
 	f.StringVar(&c.Tokenizer, "tokenizer", "", "the model's tokenizer.json or model directory (tokenizer_config.json, chat template), as the engine loads them; empty: the embedded demo tokenizer, whose chat format is "+mocker.DefaultChatTemplate)
 	f.StringVar(&c.ChatTemplate, "chat-template", "", "override the model's chat template: chatml, qwen2, qwen2.5, qwen3, llama3, plain, or a Jinja file")
+	f.StringVar(&c.Role, "role", mocker.RoleAggregated, "part in disaggregated serving: aggregated, prefill (computes a request's KV and keeps it for the decode engine to pull) or decode (pulls it from the prefill engine's runner and generates); advertised as SGLang's disaggregation_mode or vLLM's worker_type and kv_role")
+	f.IntVar(&c.BootstrapPort, "bootstrap-port", 0, "SGLang prefill engine: port of its bootstrap server, which tells decode engines where a request's KV is (SGLang's disaggregation_bootstrap_port; 0: 8998)")
+	f.DurationVar(&c.KVTransferTimeout, "kv-transfer-timeout", mocker.DefaultKVTransferTimeout, "disaggregated serving: how long a prefill engine keeps a request's blocks for its decode engine, and how long a decode engine waits for them (wall time)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
 }

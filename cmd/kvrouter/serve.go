@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -91,11 +92,33 @@ Workers come from two places:
                         only): give it when the engine's runners report each TP
                         rank's shard apart (topic <topic>|kvcr-tp<rank>); a block
                         counts as the rank's runner's only while every shard holds it
-  type=aggregated|prefill|decode   the worker reads kv.fetch hints as this type
+  type=aggregated|prefill|decode   the worker's role (and its type for kv.fetch
+                        hints): prefill and decode workers serve one leg each of
+                        disaggregated requests
+  bootstrap_port=N      an SGLang prefill worker's disaggregation_bootstrap_port
+                        (default 8998)
   id=ID                 default: the url's host:port
   model=M               default: what its /v1/models answers (retried until it does)
   engine=vllm|sglang    default vllm; decides where hints and the DP rank go
   hint=vllm|vllm-old|sglang|sglang-old   override the hint placement
+  control=tcp://H:P[;tcp://H:P...]   its runners' control endpoints, one per DP
+                        rank (or rank 0's alone: rank d's at port + d*tp): with
+                        type=, the worker is a hint source, peers pulling from there
+
+A model with prefill and decode workers (type=, or the role a state agent
+read from SGLang's disaggregation_mode, vLLM's kv_role or Dynamo's
+worker_type) is served disaggregated, in each engine's protocol: vLLM's
+prefill leg (kv_transfer_params do_remote_decode, max_tokens 1) then the
+decode leg with the prefill's answer; SGLang's two legs at once with
+bootstrap_host, bootstrap_port and bootstrap_room. The decode worker is chosen
+by its decode load and what it holds of the prompt, the prefill worker by the
+usual cost, and the hint goes to the prefill leg. A vLLM decode worker that
+would compute fewer than --pd-local-prefill-tokens prompt tokens itself (or
+holds --pd-local-prefill-fraction of the prompt) runs the request alone. A
+failed prefill leg is tried on another prefill worker, then the request runs
+whole on the decode worker (vLLM) or an aggregated worker (SGLang). Clients'
+kv_transfer_params and bootstrap fields are dropped: the router owns
+disaggregation.
 
 Block identities come from token ids, so the router must tokenize exactly as
 the engines do. By default (--tokenizer engine) it asks a worker's POST
@@ -159,7 +182,22 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 				}
 				o.Workers = append(o.Workers, spec)
 			}
-			o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
+			// The cost policy's figures are learned; a flag given fixes one.
+			for _, name := range []string{"hint-bandwidth-gbps", "hint-prefill-tokens-per-s", "kv-bytes-per-token", "hint-setup-ms"} {
+				if !cmd.Flags().Changed(name) {
+					continue
+				}
+				if v := cmd.Flags().Lookup(name).Value.String(); name != "hint-setup-ms" && (v == "0" || strings.HasPrefix(v, "-")) ||
+					name == "hint-setup-ms" && strings.HasPrefix(v, "-") {
+					return fmt.Errorf("--%s %s: give a positive figure to fix it, or leave the flag out to learn it", name, v)
+				}
+			}
+			if cmd.Flags().Changed("hint-setup-ms") {
+				o.HintSetup = time.Duration(setupMS * float64(time.Millisecond))
+				if o.HintSetup == 0 {
+					o.HintSetup = -1 // a fixed zero setup
+				}
+			}
 			o.MaxIndexBytes = indexBudget(indexMemory, o.Log)
 			var err error
 			if o.NATSAuth, err = natsAuth.resolve(o.NATS == ""); err != nil {
@@ -195,12 +233,13 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.Float64Var(&o.Weights.PrefillLoadScale, "prefill-load-scale", o.Weights.PrefillLoadScale, "weight of prefill work (this request's and queued) against decode blocks")
 	f.Float64Var(&o.Weights.RequestWeight, "request-weight", o.Weights.RequestWeight, "cost per request already in flight on the rank (default 0, Dynamo's)")
 	f.StringVar(&o.Routing, "routing", "kv", "how the target is chosen: kv (lowest cache-aware cost), or the baselines round-robin, random, least-loaded")
-	f.StringVar(&o.HintPolicy, "hint-policy", o.HintPolicy, "when a longer peer prefix is worth a hint: cost (pull time vs recompute time), min-blocks, or off (never hint)")
+	f.StringVar(&o.HintPolicy, "hint-policy", o.HintPolicy, "when a longer peer prefix is worth a hint: cost (predicted pull time vs recompute time, learned from what engines report), min-blocks, or off (never hint)")
 	f.IntVar(&o.HintMinBlocks, "hint-min-blocks", o.HintMinBlocks, "min-blocks policy: hint when the peer adds at least this many blocks")
-	f.Float64Var(&o.HintBandwidthGbps, "hint-bandwidth-gbps", o.HintBandwidthGbps, "cost policy: peer-to-peer transfer rate, Gbit/s")
-	f.Float64Var(&setupMS, "hint-setup-ms", float64(o.HintSetup)/float64(time.Millisecond), "cost policy: fixed cost of a pull, milliseconds")
-	f.Float64Var(&o.HintPrefillTokensPerS, "hint-prefill-tokens-per-s", o.HintPrefillTokensPerS, "cost policy: the target's prefill rate, tokens/s")
-	f.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "cost policy: KV cache bytes per token (Qwen3-32B BF16: 262144)")
+	f.Float64Var(&o.HintMargin, "hint-margin", o.HintMargin, "cost policy: hint when the predicted pull costs at most (1 - margin) of the predicted recompute")
+	f.Float64Var(&o.HintBandwidthGbps, "hint-bandwidth-gbps", 0, "cost policy: fix the peer-to-peer transfer rate, Gbit/s, instead of learning it (prior: 100)")
+	f.Float64Var(&setupMS, "hint-setup-ms", 0, "cost policy: fix the pull's setup cost, milliseconds, instead of learning it (prior: 2)")
+	f.Float64Var(&o.HintPrefillTokensPerS, "hint-prefill-tokens-per-s", 0, "cost policy: fix the targets' recompute rate, tokens/s, instead of learning it (prior: 20000)")
+	f.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", 0, "cost policy: fix the KV cache bytes per token instead of taking the engines' reports (prior: 262144, Qwen3-32B BF16)")
 	f.DurationVar(&o.ApproxTTL, "approx-ttl", o.ApproxTTL, "approximate mode: how long a routed request's blocks are assumed cached")
 	f.DurationVar(&o.DetachedOwnerTTL, "detached-owner-ttl", o.DetachedOwnerTTL, "how long a departed worker's cache owners stay hint sources; 0 drops them at once")
 	f.DurationVar(&o.UpstreamIdleTimeout, "upstream-idle-timeout", o.UpstreamIdleTimeout, "reuse a keep-alive connection to an engine only if idle less than this; keep it below the engine's keep-alive (uvicorn: 5s) and any proxy's in front of it (kvrouter_upstream_resends_total rising says it is too long)")
@@ -208,6 +247,9 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.DurationVar(&o.HealthTimeout, "health-timeout", o.HealthTimeout, "a health probe not answered within this fails")
 	f.IntVar(&o.HealthDownAfter, "health-down-after", o.HealthDownAfter, "failed health probes in a row that mark a worker down (a refused connection marks it at once)")
 	f.BoolVar(&o.RetryReset, "retry-reset", o.RetryReset, "send a request whose connection to a worker broke before any byte of the answer to another worker, once")
+	f.IntVar(&o.PD.LocalPrefillTokens, "pd-local-prefill-tokens", o.PD.LocalPrefillTokens, "disaggregated serving: skip the prefill leg when the (vLLM) decode worker would compute fewer prompt tokens than this itself (the default is measured in docs/benchmarks.md); 0 never skips on this ground")
+	f.Float64Var(&o.PD.LocalPrefillFraction, "pd-local-prefill-fraction", o.PD.LocalPrefillFraction, "disaggregated serving: skip the prefill leg when the (vLLM) decode worker holds at least this fraction of the prompt; 0 never skips on this ground")
+	f.Float64Var(&o.PD.DecodePrefillScale, "pd-decode-prefill-scale", o.PD.DecodePrefillScale, "disaggregated serving: weight of the prompt blocks a decode worker lacks (it pulls them) against its decode load, as a fraction of --prefill-load-scale")
 	f.DurationVar(&o.BodyTimeout, "body-timeout", o.BodyTimeout, "a client must send its whole request body within this once the head is read, else 408")
 	f.Int64Var(&o.MaxBodyMemory, "max-body-memory", o.MaxBodyMemory, "bytes of request bodies held at once (buffers grow as bytes arrive); a body past it gets a 503 with Retry-After (kvrouter_requests_refused_total{reason=\"body_busy\"})")
 	f.DurationVar(&o.EngineMetricsInterval, "engine-metrics-interval", 0, "poll each worker's /metrics for running/waiting requests and KV usage this often; 0 is off")

@@ -4,6 +4,7 @@ package admin
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
@@ -29,6 +30,9 @@ type Views struct {
 	// an engine's.
 	Tokenizer string
 	Check     *tokcheck.Checker
+	// Learn, when set, is the hint learner whose estimates /debug/workers
+	// shows.
+	Learn *hints.Learner
 }
 
 // Mount routes the operator views on mux: GET /metrics, GET
@@ -77,14 +81,16 @@ type estimateJSON struct {
 	RecomputeMS        float64 `json:"recompute_ms,omitempty"`
 	MeasuredBandwidth  bool    `json:"measured_bandwidth,omitempty"`
 	MeasuredPrefill    bool    `json:"measured_prefill,omitempty"`
+	SetupMS            float64 `json:"setup_ms,omitempty"`
+	ShortShare         float64 `json:"short_share,omitempty"`
+	PullSamples        float64 `json:"pull_samples,omitempty"`
+	PrefillSamples     float64 `json:"prefill_samples,omitempty"`
 }
 
 type hintDecisionJSON struct {
 	Reason   string        `json:"reason"`
 	Source   *sourceJSON   `json:"source"`
-	Start    int           `json:"start,omitempty"`
 	Reach    int           `json:"reach"`
-	Suffix   bool          `json:"suffix,omitempty"`
 	Estimate *estimateJSON `json:"estimate"`
 }
 
@@ -100,9 +106,45 @@ type routeJSON struct {
 	OverlapBlocks int              `json:"overlap_blocks"`
 	TokenizeUS    float64          `json:"tokenize_us"`
 	DecideUS      float64          `json:"decide_us"`
+	// Disaggregated is set for a model served in two legs: the fields
+	// above are then the decode leg's (where the answer comes from).
+	Disaggregated *pdJSON `json:"disaggregated,omitempty"`
+}
+
+// pdJSON is a disaggregated request's plan.
+type pdJSON struct {
+	// Prefill is the prefill leg, hint and all; null when it is skipped.
+	Prefill *legJSON `json:"prefill"`
+	Decode  legJSON  `json:"decode"`
+	// SkipPrefill: the decode worker runs the request alone, for
+	// SkipReason. WouldSkip is the reason it would, were its engine able
+	// to (an SGLang decode server is not).
+	SkipPrefill    bool   `json:"skip_prefill"`
+	SkipReason     string `json:"skip_reason"`
+	WouldSkip      string `json:"would_skip_reason"`
+	DecodeUncached int    `json:"decode_uncached_tokens"`
+}
+
+type legJSON struct {
+	Target        targetJSON        `json:"target"`
+	Engine        string            `json:"engine"`
+	OverlapBlocks int               `json:"overlap_blocks"`
+	Candidates    []candidateJSON   `json:"candidates,omitempty"`
+	Hint          json.RawMessage   `json:"hint,omitempty"`
+	Placement     string            `json:"placement,omitempty"`
+	HintDecision  *hintDecisionJSON `json:"hint_decision,omitempty"`
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// finite leaves out (as 0, omitted) a rate that is infinite: JSON has no
+// infinity.
+func finite(f float64) float64 {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0
+	}
+	return f
+}
 
 // debugRoute answers the decision a request would get, without sending it
 // or recording it anywhere.
@@ -115,7 +157,6 @@ func (v *Views) debugRoute(w http.ResponseWriter, r *http.Request) {
 	out := routeJSON{
 		Model:         d.Model,
 		Target:        targetJSON{d.Target.Worker.ID, d.Target.Rank},
-		Candidates:    make([]candidateJSON, len(d.Candidates)),
 		Placement:     d.Target.Worker.Placement.String(),
 		HintDecision:  hintDecisionOf(d.HintDecision),
 		Tokens:        d.Tokens,
@@ -125,14 +166,37 @@ func (v *Views) debugRoute(w http.ResponseWriter, r *http.Request) {
 		DecideUS:      us(e.Decide),
 		Hint:          json.RawMessage("null"),
 	}
-	for i, c := range d.Candidates {
-		out.Candidates[i] = candidateJSON{c.Worker, c.Rank, c.OverlapBlocks, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap,
-			c.AdjustedPrefill, c.PotentialDecodeBlocks, c.ActiveRequests, c.Cost}
-	}
+	out.Candidates = candidatesOf(d)
 	if d.HintDecision.Hinted() {
 		out.Hint = hintJSON(d.Target.Worker.Placement, e.RequestID, d.Hint)
 	}
+	if pl := e.Plan; pl != nil && pl.Disaggregated {
+		pd := &pdJSON{
+			Decode:      legJSON{Target: out.Target, Engine: d.Target.Worker.Engine, OverlapBlocks: d.Overlap},
+			SkipPrefill: pl.Skip != router.SkipNone, SkipReason: pl.Skip.String(), WouldSkip: pl.WouldSkip.String(),
+			DecodeUncached: pl.DecodeUncached,
+		}
+		if p := pl.Prefill; p != nil {
+			hd := hintDecisionOf(p.HintDecision)
+			pd.Prefill = &legJSON{Target: targetJSON{p.Target.Worker.ID, p.Target.Rank}, Engine: p.Target.Worker.Engine,
+				OverlapBlocks: p.Overlap, Candidates: candidatesOf(p), Hint: json.RawMessage("null"),
+				Placement: p.Target.Worker.Placement.String(), HintDecision: &hd}
+			if p.HintDecision.Hinted() {
+				pd.Prefill.Hint = hintJSON(p.Target.Worker.Placement, e.RequestID, p.Hint)
+			}
+		}
+		out.Disaggregated = pd
+	}
 	frontdoor.WriteJSON(w, http.StatusOK, out)
+}
+
+func candidatesOf(d *router.Decision) []candidateJSON {
+	out := make([]candidateJSON, len(d.Candidates))
+	for i, c := range d.Candidates {
+		out[i] = candidateJSON{c.Worker, c.Rank, c.OverlapBlocks, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap,
+			c.AdjustedPrefill, c.PotentialDecodeBlocks, c.ActiveRequests, c.Cost}
+	}
+	return out
 }
 
 // hintJSON is the hint exactly as it would be placed in the body.
@@ -144,7 +208,7 @@ func hintJSON(p hints.Placement, messageID string, h hints.Hint) json.RawMessage
 }
 
 func hintDecisionOf(d hints.Decision) hintDecisionJSON {
-	out := hintDecisionJSON{Reason: d.Reason.String(), Start: d.Start, Reach: d.Reach, Suffix: d.Suffix}
+	out := hintDecisionJSON{Reason: d.Reason.String(), Reach: d.Reach}
 	switch {
 	case d.Source.Owner != "":
 		out.Source = &sourceJSON{Owner: d.Source.Owner}
@@ -153,9 +217,11 @@ func hintDecisionOf(d hints.Decision) hintDecisionJSON {
 		out.Source = &sourceJSON{WorkerID: d.Source.Worker, DPRank: &rank}
 	}
 	if e := d.Estimate; e.Policy != "" {
-		out.Estimate = &estimateJSON{e.Policy, e.ExtraBlocks, e.Worth, e.ExtraTokens, e.Bytes, e.BandwidthBytesPerS,
-			e.PrefillTokensPerS, float64(e.Pull.Microseconds()) / 1e3, float64(e.Recompute.Microseconds()) / 1e3,
-			e.MeasuredBandwidth, e.MeasuredPrefill}
+		out.Estimate = &estimateJSON{Policy: e.Policy, ExtraBlocks: e.ExtraBlocks, Worth: e.Worth, ExtraTokens: e.ExtraTokens,
+			Bytes: e.Bytes, BandwidthBytesPerS: finite(e.BandwidthBytesPerS), PrefillTokensPerS: finite(e.PrefillTokensPerS),
+			PullMS: float64(e.Pull.Microseconds()) / 1e3, RecomputeMS: float64(e.Recompute.Microseconds()) / 1e3,
+			MeasuredBandwidth: e.MeasuredBandwidth, MeasuredPrefill: e.MeasuredPrefill, SetupMS: msOf(e.Setup),
+			ShortShare: e.ShortShare, PullSamples: e.PullSamples, PrefillSamples: e.PrefillSamples}
 	}
 	return out
 }
@@ -274,14 +340,18 @@ func (v *Views) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 	v.Router.RefreshSizes()
 	ws, detached := v.Router.View()
 	out := struct {
-		DiscoveryLive  bool          `json:"discovery_live"`
-		Tokenizer      tokenizerJSON `json:"tokenizer"`
-		Workers        []workerJSON  `json:"workers"`
-		DetachedOwners []ownerJSON   `json:"detached_owners"`
+		DiscoveryLive  bool           `json:"discovery_live"`
+		Tokenizer      tokenizerJSON  `json:"tokenizer"`
+		Workers        []workerJSON   `json:"workers"`
+		DetachedOwners []ownerJSON    `json:"detached_owners"`
+		HintEstimates  *estimatesJSON `json:"hint_estimates,omitempty"`
 	}{DiscoveryLive: v.Router.Stats().DiscoveryLive, Tokenizer: tokenizerJSON{Tokenizer: v.Tokenizer, Checks: []tokcheck.Status{}},
 		Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
 	if v.Check != nil {
 		out.Tokenizer.Checks = v.Check.Statuses()
+	}
+	if v.Learn != nil {
+		out.HintEstimates = estimatesOf(v.Learn)
 	}
 	for _, wv := range ws {
 		wj := workerJSON{ID: wv.ID, Model: wv.Model, URL: wv.URL, Engine: wv.Engine, Origin: wv.Origin.String(), Mode: wv.Mode.String(),

@@ -300,6 +300,7 @@ func (a *Agent) registration(d *workerconfig.Descriptor, prefix string) discover
 	w := discovery.Worker{
 		ID: a.cfg.WorkerID, Model: d.Model, URL: a.cfg.EngineURL, Engine: string(d.Engine),
 		BlockSize: d.KVBlockSize, DPStart: d.DPStart, DPSize: d.DPSize, Events: prefix, Refusal: d.Refusal,
+		Role: string(d.WorkerType), BootstrapPort: d.BootstrapPort,
 	}
 	for _, e := range d.RuntimeData {
 		w.RuntimeData = append(w.RuntimeData, discovery.Field{Key: e.Key, Value: e.Value})

@@ -65,6 +65,9 @@ type Options struct {
 	DecodePerToken  time.Duration
 	Speedup         float64
 	TP, DP          int // per engine, default 1
+	// Roles gives each engine its part in disaggregated serving (mocker
+	// --role: "prefill", "decode"; "" aggregated); nil: all aggregated.
+	Roles []string
 	// EngineFlags are added to every `kvrouter mocker` command line.
 	EngineFlags []string
 	// AgentFlags are added to every `kvrouter agent` command line.
@@ -101,6 +104,10 @@ type Engine struct {
 
 	// Snapshot are an SGLang engine's snapshot-v1 endpoints per DP rank.
 	Snapshot []string
+	// Role is the engine's mocker --role ("" aggregated); Bootstrap its
+	// bootstrap server's port when it is an SGLang prefill engine.
+	Role      string
+	Bootstrap int
 }
 
 // ControlEndpoint is the runner endpoint hints name for DP rank d.
@@ -223,6 +230,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("%w: tp %d, dp %d: --tp and --dp must be at least 1", ErrOptions, o.TP, o.DP)
 	case o.WorkerIDs != nil && len(o.WorkerIDs) != o.Engines:
 		return fmt.Errorf("%w: %d worker ids for %d engines", ErrOptions, len(o.WorkerIDs), o.Engines)
+	case o.Roles != nil && len(o.Roles) != o.Engines:
+		return fmt.Errorf("%w: %d roles for %d engines", ErrOptions, len(o.Roles), o.Engines)
 	}
 	if o.WorkerIDs == nil {
 		for i := range o.Engines {
@@ -248,9 +257,10 @@ func workerID(i int) string {
 }
 
 // enginePorts is how many ports one engine binds: HTTP, a runner per
-// attention rank, and events, replay and (SGLang) snapshots per DP rank.
+// attention rank, events, replay and (SGLang) snapshots per DP rank, and
+// a bootstrap server (used by SGLang prefill engines only).
 func (o *Options) enginePorts() int {
-	n := 1 + o.DP*o.TP + 2*o.DP
+	n := 1 + o.DP*o.TP + 2*o.DP + 1
 	if o.snapshots() {
 		n += o.DP
 	}
@@ -320,6 +330,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	c.engineProcs, c.agentProcs = make([]*proc, o.Engines), make([]*proc, o.Engines)
 	for i := range c.engines {
 		e := newEngine(o, o.WorkerIDs[i], cur)
+		if o.Roles != nil {
+			e.Role = o.Roles[i]
+		}
+		if e.Role != "prefill" || o.Flavor != "sglang" {
+			e.Bootstrap = 0
+		}
 		p, err := c.spawn("engine-"+e.ID, engineArgs(o, e))
 		if err != nil {
 			return err

@@ -29,6 +29,7 @@ func newEngine(o *Options, id string, cur *portCursor) Engine {
 			e.Snapshot = append(e.Snapshot, "tcp://"+hostPort(snap+d))
 		}
 	}
+	e.Bootstrap = cur.take(1)
 	return e
 }
 
@@ -75,6 +76,12 @@ func engineArgs(o *Options, e Engine) []string {
 	}
 	if o.Speedup != 0 {
 		args = append(args, "--speedup", fmtFloat(o.Speedup))
+	}
+	if e.Role != "" {
+		args = append(args, "--role", e.Role)
+	}
+	if e.Bootstrap != 0 {
+		args = append(args, "--bootstrap-port", strconv.Itoa(e.Bootstrap))
 	}
 	return append(args, o.EngineFlags...)
 }

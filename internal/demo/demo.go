@@ -111,16 +111,6 @@ func (o *Options) fill() {
 	}
 }
 
-// routerFlags tell the router's hint cost model what the engines really
-// cost, so that it hints when a pull beats the simulated recompute.
-func (o *Options) routerFlags() []string {
-	prefillPerS := float64(time.Second) / float64(DefaultPrefillPerToken) * o.Speedup
-	return []string{
-		"--kv-bytes-per-token", fmt.Sprint(DefaultKVBytesPerToken),
-		"--hint-prefill-tokens-per-s", fmt.Sprint(prefillPerS),
-	}
-}
-
 // Run starts the cluster, sends the workload through the router, prints
 // the summary, and stops everything (after ctx ends, with Keep).
 func Run(ctx context.Context, o Options) (Result, error) {
@@ -136,8 +126,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		BlockSize: DefaultBlockSize, KVBytesPerToken: DefaultKVBytesPerToken,
 		GPUBlocks: DefaultGPUBlocks, RunnerBlocks: DefaultRunnerBlocks,
 		PrefillPerToken: DefaultPrefillPerToken, DecodePerToken: DefaultDecodePerToken, Speedup: o.Speedup,
-		RouterFlags: [][]string{o.routerFlags()},
-		LogDir:      o.LogDir, KeepLogs: true, Logger: o.Logger,
+		// No hint flags: the router learns what a pull and a recompute cost
+		// from the engines' answers, starting from its documented prior.
+		LogDir: o.LogDir, KeepLogs: true, Logger: o.Logger,
 	})
 	if err != nil {
 		return Result{}, err

@@ -102,6 +102,58 @@ func TestSeedScenario(t *testing.T) {
 	}
 }
 
+// TestTenantsScenario runs `kvrouter demo --scenario tenants --json` as a
+// user would and checks its verdict for both flavours: no hint and no
+// restored token crossed tenants, and salted tenants still restored their
+// own prefixes from peers.
+func TestTenantsScenario(t *testing.T) {
+	bin := clustertest.Binary(t)
+	logs := t.TempDir()
+	cmd := exec.CommandContext(testCtx(t), bin, "demo", "--scenario", "tenants", "--json", "--log-dir", logs)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 20 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	if n := strings.Count(strings.TrimSpace(stdout.String()), "\n"); n != 0 {
+		t.Fatalf("--json printed %d lines, want one object (err %v):\n%s\nstderr: %s", n+1, runErr, stdout.String(), stderr.String())
+	}
+	var res struct {
+		Flavours map[string]struct {
+			Requests                  *int   `json:"requests"`
+			Errors                    *int   `json:"errors"`
+			Hints                     *int   `json:"hints"`
+			CrossTenantHints          *int   `json:"cross_tenant_hints"`
+			CrossTenantRestoredTokens *int   `json:"cross_tenant_restored_tokens"`
+			SameTenantRestoredTokens  *int   `json:"same_tenant_restored_tokens"`
+			FirstError                string `json:"first_error"`
+			LogDir                    string `json:"log_dir"`
+		} `json:"flavours"`
+	}
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("output: %v (exit: %v)\nstderr: %s", err, runErr, stderr.String())
+	}
+	for _, fl := range []string{"vllm", "sglang"} {
+		f, ok := res.Flavours[fl]
+		if !ok {
+			t.Fatalf("no %s in %+v", fl, res.Flavours)
+		}
+		switch {
+		case f.Requests == nil || *f.Requests != 2*len(tenantSteps) || f.Errors == nil || *f.Errors != 0:
+			t.Errorf("%s: requests %v, errors %v (%s), want %d and 0\n%s", fl, f.Requests, f.Errors, f.FirstError, 2*len(tenantSteps), dumpLogs(logs))
+		case f.CrossTenantHints == nil || *f.CrossTenantHints != 0 || f.CrossTenantRestoredTokens == nil || *f.CrossTenantRestoredTokens != 0:
+			t.Errorf("%s: %v cross-tenant hints, %v cross-tenant restored tokens, want 0", fl, f.CrossTenantHints, f.CrossTenantRestoredTokens)
+		case f.SameTenantRestoredTokens == nil || *f.SameTenantRestoredTokens <= 0 || f.Hints == nil || *f.Hints == 0:
+			t.Errorf("%s: %v tokens restored within tenants on %v hints, want some", fl, f.SameTenantRestoredTokens, f.Hints)
+		}
+	}
+	if runErr != nil && !t.Failed() {
+		t.Fatalf("exit: %v\nstderr: %s", runErr, stderr.String())
+	}
+}
+
 // TestRunWorkload runs a small demo in process and checks the summary
 // against what the router counted.
 func TestRunWorkload(t *testing.T) {
@@ -230,4 +282,63 @@ func dumpLogs(dir string) string {
 		fmt.Fprintf(&b, "== %s\n%s\n", filepath.Base(f), data)
 	}
 	return b.String()
+}
+
+// TestPDScenario runs `kvrouter demo --scenario pd --json` as a user would:
+// per flavour every request answered, each answer an aggregated engine's,
+// prefill legs sent and the KV pulled by the decode workers; vLLM's decode
+// workers run follow-up turns alone, SGLang's cannot.
+func TestPDScenario(t *testing.T) {
+	bin := clustertest.Binary(t)
+	logs := t.TempDir()
+	cmd := exec.CommandContext(testCtx(t), bin, "demo", "--scenario", "pd", "--json", "--log-dir", logs)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 20 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo --scenario pd: %v\nstdout: %s\nstderr: %s\n%s", err, stdout.String(), stderr.String(), dumpLogs(logs))
+	}
+	var res struct {
+		Flavours map[string]struct {
+			Requests                     *int     `json:"requests"`
+			Errors                       *int     `json:"errors"`
+			PrefillLegs                  *int     `json:"prefill_legs"`
+			SkippedPrefillLegs           *int     `json:"skipped_prefill_legs"`
+			Fallbacks                    *int     `json:"fallbacks"`
+			OutputsIdenticalToAggregated *bool    `json:"outputs_identical_to_aggregated"`
+			DecodePulledTokens           *int     `json:"decode_pulled_tokens"`
+			TTFTP50MS                    *float64 `json:"ttft_p50_ms"`
+			Workers                      []string `json:"workers"`
+			LogDir                       string   `json:"log_dir"`
+		} `json:"flavours"`
+	}
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("output: %v\n%s", err, stdout.String())
+	}
+	if len(res.Flavours) != 2 {
+		t.Fatalf("flavours %v, want vllm and sglang", res.Flavours)
+	}
+	for flavor, f := range res.Flavours {
+		switch {
+		case f.Requests == nil || *f.Requests != pdSessions*pdTurns:
+			t.Errorf("%s: requests %v, want %d", flavor, f.Requests, pdSessions*pdTurns)
+		case f.Errors == nil || *f.Errors != 0:
+			t.Errorf("%s: errors %v, want 0", flavor, f.Errors)
+		case f.OutputsIdenticalToAggregated == nil || !*f.OutputsIdenticalToAggregated:
+			t.Errorf("%s: outputs_identical_to_aggregated %v, want true", flavor, f.OutputsIdenticalToAggregated)
+		case f.PrefillLegs == nil || f.SkippedPrefillLegs == nil || *f.PrefillLegs+*f.SkippedPrefillLegs != *f.Requests:
+			t.Errorf("%s: %v prefill legs and %v skipped for %d requests", flavor, f.PrefillLegs, f.SkippedPrefillLegs, *f.Requests)
+		case *f.PrefillLegs < pdSessions || f.DecodePulledTokens == nil || *f.DecodePulledTokens == 0:
+			t.Errorf("%s: %d prefill legs (every first turn has one), %v tokens pulled", flavor, *f.PrefillLegs, f.DecodePulledTokens)
+		case f.TTFTP50MS == nil || *f.TTFTP50MS <= 0:
+			t.Errorf("%s: ttft_p50_ms %v", flavor, f.TTFTP50MS)
+		case flavor == "vllm" && *f.SkippedPrefillLegs == 0:
+			t.Errorf("vllm: no follow-up turn ran on its decode worker alone")
+		case flavor == "sglang" && *f.SkippedPrefillLegs != 0:
+			t.Errorf("sglang: %d prefill legs skipped, which SGLang's decode servers cannot do", *f.SkippedPrefillLegs)
+		}
+	}
 }

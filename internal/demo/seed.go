@@ -154,7 +154,7 @@ func Seed(ctx context.Context, o SeedOptions) (SeedResult, error) {
 		Binary: o.Binary, Engines: 2, WorkerIDs: []string{"A", "B"}, Flavor: o.Flavor,
 		BlockSize: SeedBlockSize, KVBytesPerToken: 1024,
 		// Upstream's selection rule alone: any longer peer prefix is hinted.
-		RouterFlags: [][]string{{"--allow-target-override", "--hint-policy", "min-blocks", "--hint-min-blocks", "1"}},
+		RouterFlags: [][]string{{"--allow-target-override"}},
 		// Logs go only once the scenario passed: a failed check is no
 		// failure of the cluster's, yet its logs tell why.
 		LogDir: o.LogDir, KeepLogs: true,

@@ -5,6 +5,7 @@ package direct
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
+	"kvrouter/internal/workerconfig"
 )
 
 // errWorkerFlag marks a --worker value that does not parse.
@@ -39,6 +41,13 @@ type WorkerSpec struct {
 	model      string           // "" asks the worker's /v1/models
 	engine     string
 	placement  *hints.Placement // hint= override
+	// bootstrapPort is an SGLang prefill engine's
+	// disaggregation_bootstrap_port (bootstrap_port=, default SGLang's).
+	bootstrapPort int
+	// control is each DP rank's runner control endpoint (its TP rank 0's):
+	// what a hint names to pull from this worker's runner. Empty: the
+	// worker is no hint source.
+	control []string
 }
 
 // Keys of a --worker value.
@@ -55,11 +64,15 @@ const (
 	wkModel     = "model"
 	wkEngine    = "engine"
 	wkHint      = "hint"
+	wkBootstrap = "bootstrap_port"
+	wkControl   = "control"
 )
 
 // ParseWorkerSpec reads url=http://H:P,events=tcp://H:P[,replay=...]
 // [,snapshot=...][,block_size=N][,dp=N][,tp=N][,type=T][,id=ID][,model=M]
-// [,engine=E][,hint=P].
+// [,engine=E][,hint=P][,bootstrap_port=N][,control=tcp://H:P[;tcp://H:P...]].
+// type=prefill or decode makes the engine serve one leg of disaggregated
+// requests (engine= says which protocol).
 func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	spec := WorkerSpec{blockSize: DefaultBlockSize, dp: 1, tp: 1, engine: router.EngineVLLM}
 	seen := map[string]bool{}
@@ -103,8 +116,19 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			var p hints.Placement
 			p, err = parsePlacement(v)
 			spec.placement = &p
+		case wkBootstrap:
+			if spec.bootstrapPort, err = positive(v); err == nil && spec.bootstrapPort > 65535 {
+				err = fmt.Errorf("%q: want a port in 1..65535", v)
+			}
+		case wkControl:
+			for ep := range strings.SplitSeq(v, ";") {
+				if err = checkControl(ep); err != nil {
+					break
+				}
+				spec.control = append(spec.control, ep)
+			}
 		default:
-			err = fmt.Errorf("unknown key; known: url, events, replay, snapshot, block_size, dp, tp, type, id, model, engine, hint")
+			err = fmt.Errorf("unknown key; known: url, events, replay, snapshot, block_size, dp, tp, type, id, model, engine, hint, bootstrap_port, control")
 		}
 		if err != nil {
 			return WorkerSpec{}, fmt.Errorf("%w %q: %s: %v", errWorkerFlag, s, k, err)
@@ -126,6 +150,16 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 	if spec.snapshot != "" && (spec.events == "" || spec.engine != router.EngineSGLang) {
 		return WorkerSpec{}, fmt.Errorf("%w %q: snapshot (SGLang's snapshot_endpoint) needs events and engine=sglang", errWorkerFlag, s)
 	}
+	if spec.bootstrapPort != 0 && (spec.engine != router.EngineSGLang || spec.workerType != hints.TypePrefill) {
+		return WorkerSpec{}, fmt.Errorf("%w %q: bootstrap_port: only an SGLang prefill engine (engine=sglang,type=prefill) runs a bootstrap server",
+			errWorkerFlag, s)
+	}
+	if spec.engine == router.EngineSGLang && spec.workerType == hints.TypePrefill && spec.bootstrapPort == 0 {
+		spec.bootstrapPort = workerconfig.DefaultSGLangBootstrapPort
+	}
+	if err := spec.perRankControl(); err != nil {
+		return WorkerSpec{}, fmt.Errorf("%w %q: control: %v", errWorkerFlag, s, err)
+	}
 	if spec.tp > 1 && spec.engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
 		// scheduler, which speaks for all its TP workers: one inventory,
@@ -134,6 +168,48 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			errWorkerFlag, s, spec.tp, spec.engine)
 	}
 	return spec, nil
+}
+
+// checkControl accepts a dialable runner endpoint, tcp://HOST:PORT.
+func checkControl(ep string) error {
+	u, err := url.Parse(ep)
+	if err != nil || u.Scheme != "tcp" || u.Hostname() == "" || u.Port() == "" || u.Path != "" {
+		return fmt.Errorf("%q: want tcp://HOST:PORT of the runner's control endpoint", ep)
+	}
+	if h := u.Hostname(); h == "*" || h == "0.0.0.0" || h == "::" {
+		return fmt.Errorf("%q: a wildcard is where the runner binds; give the address peers dial", ep)
+	}
+	if _, err := positive(u.Port()); err != nil {
+		return fmt.Errorf("%q: port %v", ep, err)
+	}
+	return nil
+}
+
+// perRankControl gives every DP rank its control endpoint: one per rank as
+// given, or one for rank 0 from which the others follow by the attention
+// rank port rule both engines' runners bind by (DP rank d's TP rank 0 at
+// port + d·TP).
+func (s *WorkerSpec) perRankControl() error {
+	switch {
+	case len(s.control) == 0:
+		return nil
+	case s.workerType == hints.TypeUnknown:
+		return fmt.Errorf("a hint source needs type= (aggregated, prefill or decode): only workers of the target's type are sources")
+	case len(s.control) == s.dp:
+		return nil
+	case len(s.control) != 1:
+		return fmt.Errorf("%d endpoints for dp=%d: give one per DP rank, or rank 0's alone", len(s.control), s.dp)
+	}
+	u, _ := url.Parse(s.control[0])
+	port, _ := strconv.Atoi(u.Port())
+	for d := 1; d < s.dp; d++ {
+		p := port + d*s.tp
+		if p > 65535 {
+			return fmt.Errorf("DP rank %d's port %d (%s + %d·tp) is out of range; give one endpoint per rank", d, p, s.control[0], d)
+		}
+		s.control = append(s.control, "tcp://"+net.JoinHostPort(u.Hostname(), strconv.Itoa(p)))
+	}
+	return nil
 }
 
 // parsePlacement accepts the configuration names and "-old" for "-legacy".
@@ -177,9 +253,17 @@ func (s WorkerSpec) worker(model string, events bool) router.Worker {
 		w.Placement = *s.placement
 	}
 	if s.workerType != hints.TypeUnknown {
-		// The operator vouches that the engine reads hints.
+		// The operator vouches that the engine reads hints, and with
+		// control= that its runners serve peers there.
 		w.Capability = hints.Capability{CanConsume: true, Type: s.workerType}
+		if len(s.control) > 0 {
+			w.Capability.Endpoints = make(map[int]string, len(s.control))
+			for r, ep := range s.control {
+				w.Capability.Endpoints[r] = ep
+			}
+		}
 	}
+	w.Role, w.BootstrapPort = s.workerType, s.bootstrapPort
 	if events {
 		w.Mode = router.ModeEvents
 		// Runner-owned blocks an engine reports need an owner to belong

@@ -21,6 +21,13 @@ func TestParseWorkerSpec(t *testing.T) {
 		{in: "url=http://h:1/,events=tcp://h:5557,replay=tcp://h:5558,block_size=64,dp=2,tp=4,type=decode,id=w1,model=m,engine=sglang,hint=sglang-old",
 			want: WorkerSpec{ID: "w1", url: "http://h:1", events: "tcp://h:5557", replay: "tcp://h:5558", blockSize: 64, dp: 2, tp: 4,
 				workerType: hints.TypeDecode, model: "m", engine: "sglang", placement: &sg}},
+		{in: "url=http://h:1,engine=sglang,type=prefill",
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 1, tp: 1, workerType: hints.TypePrefill, engine: "sglang", bootstrapPort: 8998}},
+		{in: "url=http://h:1,engine=sglang,type=prefill,bootstrap_port=9100",
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 1, tp: 1, workerType: hints.TypePrefill, engine: "sglang", bootstrapPort: 9100}},
+		{in: "url=http://h:1,type=prefill,bootstrap_port=9100", err: "only an SGLang prefill engine"},
+		{in: "url=http://h:1,engine=sglang,type=decode,bootstrap_port=9100", err: "only an SGLang prefill engine"},
+		{in: "url=http://h:1,engine=sglang,type=prefill,bootstrap_port=70000", err: "bootstrap_port"},
 		{in: "events=tcp://h:1", err: "url: want http://HOST:PORT"},
 		{in: "url=ftp://h:1", err: "url: want"},
 		{in: "url=http://h:1,events=tcp://*:5557", err: "events=tcp://*:5557: the engine binds there"},
@@ -40,6 +47,19 @@ func TestParseWorkerSpec(t *testing.T) {
 		{in: "url=http://h:1,color=red", err: "unknown key"},
 		{in: "url=http://h:1,url=http://h:2", err: "url given twice"},
 		{in: "url", err: "want key=value"},
+		{in: "url=http://h:1,dp=2,type=aggregated,control=tcp://h:25000;tcp://g:26000",
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 2, tp: 1, engine: "vllm", workerType: hints.TypeAggregated,
+				control: []string{"tcp://h:25000", "tcp://g:26000"}}},
+		// Rank 0's alone: the others by the attention-rank port rule.
+		{in: "url=http://h:1,dp=3,tp=2,engine=sglang,type=decode,control=tcp://h:25000",
+			want: WorkerSpec{ID: "h:1", url: "http://h:1", blockSize: 16, dp: 3, tp: 2, engine: "sglang", workerType: hints.TypeDecode,
+				control: []string{"tcp://h:25000", "tcp://h:25002", "tcp://h:25004"}}},
+		{in: "url=http://h:1,control=tcp://h:25000", err: "control: a hint source needs type="},
+		{in: "url=http://h:1,type=aggregated,dp=3,control=tcp://h:1;tcp://h:2", err: "2 endpoints for dp=3"},
+		{in: "url=http://h:1,type=aggregated,control=tcp://*:25000", err: "wildcard"},
+		{in: "url=http://h:1,type=aggregated,control=http://h:25000", err: "want tcp://HOST:PORT"},
+		{in: "url=http://h:1,type=aggregated,control=tcp://h", err: "want tcp://HOST:PORT"},
+		{in: "url=http://h:1,type=aggregated,dp=2,control=tcp://h:65535", err: "out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
@@ -65,5 +85,17 @@ func TestParseWorkerSpec(t *testing.T) {
 	}
 	if w := s.worker("m", false); w.Mode != router.ModeApproximate || w.Owners != nil {
 		t.Fatalf("approximate worker %+v", w)
+	}
+	s, _ = ParseWorkerSpec("url=http://h:1,engine=sglang,type=prefill")
+	if w := s.worker("m", false); w.Role != hints.TypePrefill || w.BootstrapPort != 8998 {
+		t.Fatalf("prefill worker %+v", w)
+	}
+	// control= makes each rank (and its runner's cache owner) a source.
+	s, _ = ParseWorkerSpec("url=http://h:1,dp=2,type=aggregated,control=tcp://h:25000")
+	w = s.worker("m", true)
+	for r, want := range []string{"tcp://h:25000", "tcp://h:25001"} {
+		if m := w.Capability.Meta(r); !m.CanConsume || m.Endpoint != want {
+			t.Fatalf("rank %d: meta %+v, want endpoint %s", r, m, want)
+		}
 	}
 }

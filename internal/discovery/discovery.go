@@ -37,6 +37,12 @@ type Worker struct {
 	Events string `json:"events,omitempty"`
 	// Refusal says why the worker is a plain routing target without hints.
 	Refusal string `json:"refusal,omitempty"`
+	// Role is the worker's part in disaggregated serving: "prefill",
+	// "decode" or "aggregated" (empty from agents that predate it: the
+	// worker type of the runtime data, if any, stands in).
+	Role string `json:"role,omitempty"`
+	// BootstrapPort is an SGLang prefill worker's bootstrap server port.
+	BootstrapPort int `json:"bootstrap_port,omitempty"`
 }
 
 // Validate checks what a router needs to route to the worker.

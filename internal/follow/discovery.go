@@ -173,13 +173,24 @@ func (d *Discovery) put(dw discovery.Worker) {
 	nf := &follower{reg: dw, cancel: cancel, done: make(chan struct{})}
 	d.followers[w.ID] = nf
 	rf := &relay.Follower{NC: d.NC, Prefix: dw.Events, Sink: sink, Log: d.Log.With("worker", w.ID),
-		Resynced: func(reason string) { d.Metrics.resyncs.WithLabelValues(reason).Inc() }}
+		Resynced: func(reason string) { d.Metrics.resyncs.WithLabelValues(reason).Inc() },
+		Silent: func(silent bool) {
+			if silent {
+				d.Metrics.silentAgents.Inc()
+				d.Metrics.silences.Inc()
+			} else {
+				d.Metrics.silentAgents.Dec()
+			}
+		}}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
 		defer close(nf.done)
 		if err := rf.Run(ctx); err != nil && ctx.Err() == nil {
 			d.Log.Warn("discovery: relay follower stopped", "worker", w.ID, "err", err)
+		}
+		if rf.IsSilent() {
+			d.Metrics.silentAgents.Dec() // a follower that stopped counts no more
 		}
 	}()
 }

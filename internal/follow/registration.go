@@ -44,6 +44,12 @@ func workerFromRegistration(dw discovery.Worker) (router.Worker, error) {
 			w.Owners[rank] = owner
 		}
 	}
+	if dw.Role != "" {
+		if w.Role, err = hints.ParseWorkerType(dw.Role); err != nil {
+			return router.Worker{}, fmt.Errorf("%w: %s: role: %v", router.ErrBadWorker, dw.ID, err)
+		}
+	}
+	w.BootstrapPort = dw.BootstrapPort
 	if w.Refusal != "" {
 		return w, nil
 	}
@@ -54,6 +60,10 @@ func workerFromRegistration(dw discovery.Worker) (router.Worker, error) {
 	if err != nil {
 		w.Capability = hints.Capability{}
 		w.Refusal = "runtime_data: " + err.Error()
+	}
+	if dw.Role == "" {
+		// An agent that predates roles said it only to hint peers.
+		w.Role = w.Capability.Type
 	}
 	return w, nil
 }

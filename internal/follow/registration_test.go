@@ -48,6 +48,18 @@ func TestWorkerFromRegistration(t *testing.T) {
 				d.Refusal = "DP>1 is not supported"
 			},
 			refusal: true, check: func(w router.Worker) bool { return !w.Capability.CanConsume }},
+		{name: "a role from an agent that predates roles: the runtime data's worker type",
+			edit: func(d *discovery.Worker) {
+				d.RuntimeData = rd("router_hint_source_control_endpoints", map[string]string{"2": "tcp://h:1", "3": "tcp://h:2"},
+					"router_hint_worker_type", "decode", "router_hint", true)
+			},
+			check: func(w router.Worker) bool { return w.Role == hints.TypeDecode }},
+		{name: "a refused worker keeps its role and bootstrap port",
+			edit: func(d *discovery.Worker) {
+				d.Engine, d.Role, d.BootstrapPort, d.Refusal = "sglang", "prefill", 8998, "no runner"
+			},
+			refusal: true, check: func(w router.Worker) bool { return w.Role == hints.TypePrefill && w.BootstrapPort == 8998 }},
+		{name: "unknown role", edit: func(d *discovery.Worker) { d.Role = "both" }, err: true},
 		{name: "owner of a rank outside the worker", edit: func(d *discovery.Worker) { d.Owners = map[string]string{"0": "o"} }, err: true},
 		{name: "unknown engine", edit: func(d *discovery.Worker) { d.Engine = "tgi" }, err: true},
 		{name: "invalid registration", edit: func(d *discovery.Worker) { d.BlockSize = 0 }, err: true},

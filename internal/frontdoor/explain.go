@@ -12,7 +12,11 @@ import (
 // Explained is a request taken through the front door as far as its
 // decision, explained, with nothing sent or recorded.
 type Explained struct {
+	// Decision is the decision of the leg the answer comes from: the
+	// whole request, or a disaggregated request's decode leg.
 	Decision *router.Decision
+	// Plan is the whole plan, with the prefill leg when there is one.
+	Plan *router.Plan
 	// RequestID is the id a hint placed in the body would carry.
 	RequestID string
 	// Tokenize and Decide are the time tokenization and the decision took.
@@ -34,10 +38,10 @@ func (s *Server) Explain(w http.ResponseWriter, r *http.Request) (e Explained, o
 		writeError(w, aerr)
 		return Explained{}, false
 	}
-	d, took, aerr := s.decide(p, nil, true)
+	pl, took, aerr := s.plan(p, nil, true)
 	if aerr != nil {
 		writeError(w, aerr)
 		return Explained{}, false
 	}
-	return Explained{Decision: d, RequestID: p.id, Tokenize: p.tokenized, Decide: took}, true
+	return Explained{Decision: pl.Decode, Plan: pl, RequestID: p.id, Tokenize: p.tokenized, Decide: took}, true
 }

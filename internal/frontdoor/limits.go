@@ -235,5 +235,5 @@ func (s *Server) tooLarge(w http.ResponseWriter, wk router.Worker, p *prepared, 
 		return sendResult{err: e}
 	}
 	writeStreamError(w, e)
-	return sendResult{outcome: outcomeUpstreamError}
+	return sendResult{outcome: outcomeUpstreamError, started: true}
 }

@@ -38,6 +38,9 @@ type Metrics struct {
 	hints            *prometheus.CounterVec
 	cachedTokens     *prometheus.CounterVec
 	peerRestored     *prometheus.CounterVec
+	pdLegs           *prometheus.CounterVec
+	pdSkips          *prometheus.CounterVec
+	pdFallbacks      *prometheus.CounterVec
 	refused          *prometheus.CounterVec
 	oversize         *prometheus.CounterVec
 }
@@ -73,6 +76,15 @@ func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
 		Help: "Prompt tokens workers reported as cached (usage.prompt_tokens_details.cached_tokens), by whether a hint was sent."}, []string{"hinted"})
 	m.peerRestored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_peer_restored_tokens_total",
 		Help: "Prompt tokens workers reported as pulled from a peer (usage.kvrouter.peer_restored_tokens), by whether a hint was sent."}, []string{"hinted"})
+	m.pdLegs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_pd_legs_total",
+		Help: "Legs of disaggregated requests sent, by leg (prefill, decode) and outcome (ok, failed, rejected: the worker refused the request itself)."},
+		[]string{"leg", "outcome"})
+	m.pdSkips = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_pd_prefill_skipped_total",
+		Help: "Disaggregated requests whose prefill leg was skipped, the decode worker running them alone, by reason (short_rest, mostly_cached)."},
+		[]string{"reason"})
+	m.pdFallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_pd_fallbacks_total",
+		Help: "Failed prefill legs, by what followed: prefill_retried (on another prefill worker), decode_whole (the decode worker ran the whole request), aggregated (an aggregated worker did), none_left (the client got the failure)."},
+		[]string{"kind"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_requests_refused_total",
 		Help: "Requests refused before routing to bound the router's memory, by reason: body_timeout (not sent within --body-timeout), " +
 			"body_busy (bodies in flight at --max-body-memory), body_too_large, prompt_too_long (past the model's max_model_len)."}, []string{"reason"})
@@ -80,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer, up *upstream.Client) *Metrics {
 		Help: "Workers' answers not passed on because they exceeded the router's cap: a whole non-streamed answer, or one event of a stream."},
 		[]string{"kind"})
 	reg.MustRegister(m.requests, m.retries, m.upstreamFailures, m.streamErrors, m.decision, m.tokenize, m.tokenizeErrors, m.overlap,
-		m.hints, m.cachedTokens, m.peerRestored, m.refused, m.oversize)
+		m.hints, m.cachedTokens, m.peerRestored, m.refused, m.oversize, m.pdLegs, m.pdSkips, m.pdFallbacks)
 	for _, o := range []string{outcomeOK, outcomeUpstreamError, outcomeNoWorker, outcomeBadRequest, outcomeCanceled, outcomeOverloaded} {
 		m.requests.WithLabelValues(o)
 	}

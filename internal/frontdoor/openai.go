@@ -93,7 +93,8 @@ func parseValid(kind Kind, body []byte) (*Request, error) {
 
 // parseClean reads a body in one pass, validating it and its prompt's
 // token ids at once, when that is all there is to do: a valid object that
-// carries nothing hints.Strip would remove and parses without error. ok
+// carries nothing hints.Strip or dropOwned would remove and parses without
+// error. ok
 // false leaves the body to the full path (Strip, then parseValid), which
 // gives the same answer and the errors. The ids are read over ids' memory.
 func parseClean(kind Kind, body []byte, ids []uint32) (req *Request, ok bool) {
@@ -115,7 +116,7 @@ func parseClean(kind Kind, body []byte, ids []uint32) (req *Request, ok bool) {
 	}
 	w := make(map[string]json.RawMessage, len(ms))
 	for _, m := range ms {
-		if hints.MayHold(m.Key) {
+		if hints.MayHold(m.Key) || routerOwned(m.Key) {
 			return nil, false
 		}
 		w[m.Key] = m.Value

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"kvrouter/internal/cost"
 	"kvrouter/internal/hints"
@@ -28,6 +29,11 @@ type sendResult struct {
 	retry   retryCause // nothing reached the client, and another worker may serve it
 	outcome string     // when the response went out
 	err     *apiError  // when it did not
+	// worker is the worker to leave out of a retry, when not the
+	// decision's (a disaggregated request's failed leg).
+	worker string
+	// started: part of the answer went out to the client.
+	started bool
 }
 
 // retryCause says why an attempt may be made again on another worker.
@@ -53,9 +59,10 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Pro
 	"Transfer-Encoding", "Upgrade", "Proxy-Connection"}
 
 // upstreamBody is the body the worker gets: the client's, with the hint
-// placed where its engine reads it, the DP rank for SGLang, and a usage
-// chunk asked for when the client streams.
-func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
+// placed where its engine reads it, the DP rank for SGLang, a usage chunk
+// asked for when the client streams, and extra's members (a disaggregated
+// request's leg).
+func upstreamBody(p *prepared, d *router.Decision, extra ...member) ([]byte, error) {
 	body := p.body
 	var err error
 	if d.HintDecision.Hinted() {
@@ -65,7 +72,7 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 	}
 	// The body parsed as a JSON object and the hint went in as valid JSON:
 	// the edits below need no further validation pass over the prompt.
-	var set []member
+	set := extra
 	if d.Target.Worker.Engine == router.EngineSGLang {
 		local := strconv.Itoa(d.Target.Rank - d.Target.Worker.DPStart)
 		set = append(set, member{keyDataParallelRank, []byte(local)})
@@ -89,7 +96,7 @@ func upstreamBody(p *prepared, d *router.Decision) ([]byte, error) {
 	if p.bufs != nil {
 		dst = p.bufs.out
 	}
-	if !d.HintDecision.Hinted() && absent(p.req.top, set) {
+	if !d.HintDecision.Hinted() && len(extra) == 0 && absent(p.req.top, set) {
 		// The usual case: nothing to replace, so the members go in before
 		// the closing brace without a pass over the prompt.
 		body = appendMembers(dst, body, len(p.req.top), set)
@@ -123,14 +130,25 @@ func upstreamPath(k Kind) string {
 	return "/v1/completions"
 }
 
-// send forwards the request to the decision's target and streams the answer
-// back. Cancelling the client's request cancels the upstream one.
-func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *router.Decision) sendResult {
-	body, err := upstreamBody(p, d)
-	if err != nil {
-		return sendResult{err: badRequest(err)}
-	}
-	t := d.Target
+// leg is how send treats a leg of a disaggregated request.
+type leg struct {
+	// ctx, when set, is the upstream request's context instead of the
+	// client's: the router cancels a decode leg whose prefill failed.
+	ctx context.Context
+	// extra are the members of the leg's body beyond the usual.
+	extra []member
+	// decode: a decode leg, which pulls the prompt's KV rather than
+	// computing it and whose hint decision is not its own.
+	decode bool
+	// calledOff, when set, is asked before a 5xx answer goes out: true
+	// drops it, nothing sent (an SGLang decode leg failing because its
+	// prefill did, which the router retries).
+	calledOff func() bool
+}
+
+// upstreamHeader is the head a worker gets: the client's end-to-end
+// fields, less the router's own, with the request id and the DP rank.
+func upstreamHeader(r *http.Request, p *prepared, t router.Target) http.Header {
 	h := make(http.Header, len(r.Header)+4)
 	copyHeaders(h, r.Header)
 	for _, k := range []string{"Host", "Content-Length", "Accept-Encoding", "Expect", headerTarget, headerDPRank, headerVLLMDPRank} {
@@ -142,10 +160,41 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	if t.Worker.Engine == router.EngineVLLM {
 		h.Set(headerVLLMDPRank, strconv.Itoa(t.Rank-t.Worker.DPStart))
 	}
+	return h
+}
 
-	loadID := s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10)
+func (s *Server) newLoadID() string { return s.Replica + "/" + strconv.FormatUint(s.seq.Add(1), 10) }
+
+// whole reports whether lg is a whole request's (the zero leg).
+func (lg *leg) whole() bool {
+	return lg.ctx == nil && lg.extra == nil && !lg.decode && lg.calledOff == nil
+}
+
+// send forwards the request to the decision's target and streams the answer
+// back. Cancelling the client's request cancels the upstream one.
+func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *router.Decision) sendResult {
+	return s.sendLeg(w, r, p, d, leg{})
+}
+
+// sendLeg is send for the leg a disaggregated request's answer comes
+// from, or, with a zero leg, for a whole request.
+func (s *Server) sendLeg(w http.ResponseWriter, r *http.Request, p *prepared, d *router.Decision, lg leg) sendResult {
+	body, err := upstreamBody(p, d, lg.extra...)
+	if err != nil {
+		return sendResult{err: badRequest(err)}
+	}
+	ctx := r.Context()
+	if lg.ctx != nil {
+		ctx = lg.ctx
+	}
+	t := d.Target
+	h := upstreamHeader(r, p, t)
+	loadID := s.newLoadID()
 	bs := t.Worker.BlockSize
 	prefill := float64(max(0, d.Tokens-d.Overlap*bs))
+	if lg.decode {
+		prefill = 0 // pulled from the prefill worker
+	}
 	s.Load.Start(loadID, cost.Rank{Worker: t.Worker.ID, DP: t.Rank}, prefill, float64(d.Blocks))
 	defer s.Load.Finish(loadID)
 	// In approximate mode the prompt's blocks are assumed cached from now
@@ -153,18 +202,34 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	// generation ends, and requests sharing the prefix come meanwhile.
 	s.Router.Commit(d, s.Now())
 
-	resp, err := s.Upstream.Do(r.Context(), &upstream.Request{URL: t.Worker.URL, Path: upstreamPath(p.kind), Header: h, Body: body})
-	if s.Trace != nil && err == nil {
+	sent := s.Now()
+	resp, err := s.Upstream.Do(ctx, &upstream.Request{URL: t.Worker.URL, Path: upstreamPath(p.kind), Header: h, Body: body})
+	if s.Trace != nil && err == nil && lg.whole() {
 		s.Trace(Timing{Added: resp.Sent.Sub(p.received) - p.tokenized, Tokenize: p.tokenized, Decide: p.decided})
 	}
 	if err != nil {
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			// Called off by the router, not failed by the worker.
+			return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error", "leg called off", outcomeUpstreamError}}
+		}
 		return s.sendFailed(r, t.Worker, err)
 	}
 	defer resp.Body.Close()
-	s.countDecision(d)
+	if resp.StatusCode >= 500 && lg.calledOff != nil && lg.calledOff() {
+		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error", "leg called off", outcomeUpstreamError}}
+	}
+	if !lg.decode {
+		s.countDecision(d)
+	}
 
 	hinted := strconv.FormatBool(d.HintDecision.Hinted())
+	var first time.Time // the first token's arrival, when streamed
 	report := func(u *usage) {
+		if !lg.decode {
+			// A decode leg's first token waits on the hand-over, not on
+			// a prefill of its own: nothing to learn of its recompute.
+			s.learn(d, u, first.Sub(sent))
+		}
 		if u.Details != nil {
 			s.Metrics.cachedTokens.WithLabelValues(hinted).Add(float64(u.Details.CachedTokens))
 		}
@@ -190,7 +255,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 		w.WriteHeader(resp.StatusCode)
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { s.Load.Prefilled(loadID) }, report)
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { first = s.Now(); s.Load.Prefilled(loadID) }, report)
 	} else {
 		var b []byte
 		b, err = readAll(nil, io.LimitReader(resp.Body, int64(maxResponse)+1), resp.ContentLength, int64(maxResponse), nil)
@@ -210,9 +275,13 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	}
 	switch {
 	case r.Context().Err() != nil || errors.Is(err, errClientGone):
-		return sendResult{outcome: outcomeCanceled}
+		return sendResult{outcome: outcomeCanceled, started: started}
 	case err == nil:
-		return sendResult{outcome: outcome}
+		return sendResult{outcome: outcome, started: true}
+	case ctx.Err() != nil && !started:
+		// The router called the leg off (its prefill failed).
+		clear(w.Header())
+		return sendResult{err: &apiError{http.StatusBadGateway, "upstream_error", "leg called off", outcomeUpstreamError}}
 	case errors.Is(err, errEventTooLarge):
 		return s.tooLarge(w, t.Worker, p, started, oversizeEvent, maxEvent)
 	case errors.Is(err, errAnswerTooLarge):
@@ -233,7 +302,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *prepared, d *ro
 	// failure from an error event, and no [DONE] follows (docs/wire.md).
 	s.Metrics.streamErrors.Inc()
 	writeStreamError(w, &apiError{http.StatusBadGateway, "upstream_error", msg, outcomeUpstreamError})
-	return sendResult{outcome: outcomeUpstreamError}
+	return sendResult{outcome: outcomeUpstreamError, started: true}
 }
 
 // sendFailed is the result of an attempt that got no answer at all.
@@ -310,7 +379,9 @@ type promptDetails struct {
 }
 
 type kvrouterDetails struct {
-	PeerRestoredTokens int `json:"peer_restored_tokens"`
+	PeerRestoredTokens int         `json:"peer_restored_tokens"`
+	LocalCachedTokens  *int        `json:"local_cached_tokens"`
+	Pull               *pullReport `json:"pull"`
 }
 
 // responseUsage returns the usage of a non-streamed answer, nil when it
@@ -362,15 +433,16 @@ func readUsage(raw []byte) (*usage, bool) {
 		return n, true, ok
 	}
 	cached, setCached, ok1 := nested("prompt_tokens_details", "cached_tokens")
-	restored, setRestored, ok2 := nested("kvrouter", "peer_restored_tokens")
-	if !ok1 || !ok2 {
+	if !ok1 {
 		return nil, false
 	}
 	if setCached {
 		u.Details = &promptDetails{cached}
 	}
-	if setRestored {
-		u.KVRouter = &kvrouterDetails{restored}
+	if v := lastMember(ms, "kvrouter"); v != nil && !isNull(v) {
+		if u.KVRouter, ok = readKVRouter(v); !ok {
+			return nil, false
+		}
 	}
 	return u, true
 }

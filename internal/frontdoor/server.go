@@ -62,6 +62,11 @@ type Server struct {
 	// of the answer reached the client to another worker, once
 	// (--retry-reset).
 	RetryReset bool
+	// PD configures disaggregated serving (router.Plan).
+	PD router.PDConfig
+	// Learn, when set, learns pull and recompute costs from the answers'
+	// usage (learn.go).
+	Learn *hints.Learner
 
 	seq       atomic.Uint64
 	bodyBytes atomic.Int64 // held by bodies in flight
@@ -201,7 +206,7 @@ func (b *bufs) release() {
 }
 
 // prepare does everything before the routing decision. Stripping client
-// hints comes first: nothing downstream may see them.
+// hints and transfer fields comes first: nothing downstream may see them.
 func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*prepared, *apiError) {
 	var ids []uint32
 	if bf != nil {
@@ -213,6 +218,9 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 		if body, _, err = hints.Strip(body); err != nil {
 			return nil, badRequest(fmt.Errorf("%w: %v", ErrBadRequest, err))
 		}
+		// Nor may a client steer the engines' KV transfers: the router
+		// owns disaggregation.
+		body = dropOwned(body)
 		if req, err = parseValid(kind, body); err != nil { // Strip validated it
 			return nil, badRequest(err)
 		}
@@ -264,23 +272,36 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 	return p, nil
 }
 
-// decide asks the routing decision core about a prepared request.
-func (s *Server) decide(p *prepared, exclude []string, explain bool) (*router.Decision, time.Duration, *apiError) {
+// plan asks the routing decision core how to serve a prepared request.
+func (s *Server) plan(p *prepared, exclude []string, explain bool) (*router.Plan, time.Duration, *apiError) {
 	start := time.Now()
-	d, err := s.Router.Decide(router.Request{Model: p.req.Model, LoRA: p.req.loraPath(), Tokens: p.tokens, Salt: p.req.Salt,
-		Exclude: exclude, Target: p.forced, Explain: explain})
+	pl, err := s.Router.Plan(p.request(exclude, explain), s.PD)
 	took := time.Since(start)
 	s.Metrics.decision.Observe(took.Seconds())
+	if aerr := s.decisionError(p, err); aerr != nil {
+		return nil, took, aerr
+	}
+	return pl, took, nil
+}
+
+// request is what the decision core is asked about p.
+func (p *prepared) request(exclude []string, explain bool) router.Request {
+	return router.Request{Model: p.req.Model, LoRA: p.req.loraPath(), Tokens: p.tokens, Salt: p.req.Salt,
+		Exclude: exclude, Target: p.forced, Explain: explain}
+}
+
+// decisionError is the client's error for a decision that failed.
+func (s *Server) decisionError(p *prepared, err error) *apiError {
 	var me *router.ModelError
 	switch {
 	case errors.As(err, &me):
-		return nil, took, &apiError{http.StatusNotFound, "not_found_error", me.Error(), outcomeNoWorker}
+		return &apiError{http.StatusNotFound, "not_found_error", me.Error(), outcomeNoWorker}
 	case errors.Is(err, router.ErrNoWorker) && p.forced != "":
-		return nil, took, &apiError{http.StatusNotFound, "not_found_error", err.Error(), outcomeNoWorker}
+		return &apiError{http.StatusNotFound, "not_found_error", err.Error(), outcomeNoWorker}
 	case err != nil:
-		return nil, took, &apiError{http.StatusServiceUnavailable, "service_unavailable", err.Error(), outcomeNoWorker}
+		return &apiError{http.StatusServiceUnavailable, "service_unavailable", err.Error(), outcomeNoWorker}
 	}
-	return d, took, nil
+	return nil
 }
 
 func (s *Server) inference(kind Kind) http.HandlerFunc {
@@ -320,7 +341,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, p *prepared) {
 	var last sendResult // the attempt before, when retrying
 	prev, noAnswers := "", 0
 	for attempt := 1; ; attempt++ {
-		d, took, aerr := s.decide(p, exclude, false)
+		pl, took, aerr := s.plan(p, exclude, false)
 		if aerr != nil {
 			if last.err != nil {
 				// No worker left to retry on: the first failure says
@@ -334,18 +355,27 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, p *prepared) {
 		}
 		if last.err != nil {
 			s.warnEvery("retry:"+prev, "worker failed before answering; retrying on another",
-				"worker", prev, "retry_on", d.Target.Worker.ID, "request", p.id, "err", last.err.message)
+				"worker", prev, "retry_on", pl.Decode.Target.Worker.ID, "request", p.id, "err", last.err.message)
 			s.Metrics.retries.Inc()
 		}
 		p.decided = took
-		res := s.send(w, r, p, d)
+		s.countPlan(pl)
+		var res sendResult
+		if pl.Prefill != nil {
+			res = s.sendPD(w, r, p, pl)
+		} else {
+			res = s.send(w, r, p, pl.Decode)
+		}
 		retry := res.retry == retryRefused || (res.retry == retryNoAnswer && s.RetryReset && noAnswers == 0)
 		if retry && p.forced == "" && attempt < maxAttempts {
 			// Nothing reached the client yet: try elsewhere.
 			if res.retry == retryNoAnswer {
 				noAnswers++
 			}
-			prev, last = d.Target.Worker.ID, res
+			prev, last = pl.Decode.Target.Worker.ID, res
+			if res.worker != "" {
+				prev = res.worker
+			}
 			exclude = append(exclude, prev)
 			continue
 		}

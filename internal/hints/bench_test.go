@@ -43,7 +43,7 @@ func benchRequest(nCand, depth int, ascending bool) Request {
 		case i == nCand/2:
 			d = depth
 		}
-		cands[i] = Candidate{Source: s, Depth: d, Chain: c[:d]}
+		cands[i] = Candidate{Source: s, Depth: d, Chain: c[:d], SaltKnown: true}
 	}
 	t := index.Source{Worker: "target"}
 	return Request{Target: t, TargetMeta: Meta{CanConsume: true, Type: TypeAggregated, Ready: true},
@@ -52,10 +52,7 @@ func benchRequest(nCand, depth int, ascending bool) Request {
 }
 
 func BenchmarkSelect(b *testing.B) {
-	p, err := NewCostPolicy(testRates, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := fixed(b, plain)
 	for _, asc := range []bool{false, true} {
 		req := benchRequest(64, 512, asc)
 		b.Run(fmt.Sprintf("candidates=64/depth=512/ascending=%v", asc), func(b *testing.B) {

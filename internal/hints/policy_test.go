@@ -1,43 +1,50 @@
 package hints
 
 import (
-	"errors"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
 	"kvrouter/internal/index"
 )
 
-// Default rates chosen so the arithmetic is plain: a block is 1 MB at
-// 1 GB/s (1 ms to pull) after 10 ms of setup, and 16 tokens at 8000
-// tokens/s (2 ms to recompute). Pulling n blocks wins when 10+n < 2n, i.e.
-// from 11 blocks on.
-var testRates = Rates{
-	BandwidthBytesPerS: 1e9,
-	SetupLatency:       10 * time.Millisecond,
-	PrefillTokensPerS:  8000,
-	BytesPerBlock:      1e6,
-	BlockSize:          16,
-}
+// Figures chosen so the arithmetic is plain: a 16-token block is 1 MB
+// at 1 GB/s (1 ms to pull) after 10 ms of setup, and 2 ms to recompute at
+// 8000 tokens/s. Pulling n blocks wins when 10+n < 2n, i.e. from 11 blocks
+// on.
+var plain = Overrides{Setup: 10 * time.Millisecond, BandwidthBytesPerS: 1e9, BytesPerToken: 1e6 / 16, PrefillTokensPerS: 8000}
 
-func mustCost(t testing.TB, measured func(source, target index.Source) Rates) *CostPolicy {
+// fixed is a Learned policy whose figures are all an operator's.
+func fixed(t testing.TB, o Overrides) *Learned {
 	t.Helper()
-	c, err := NewCostPolicy(testRates, measured)
+	l, err := NewLearner(LearnConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return &Learned{L: l, BlockSize: 16, Fixed: o}
+}
+
+// learnedSlowTarget is a Learned policy that measured a target recomputing
+// at 4000 tokens/s: pulls pay off sooner there.
+func learnedSlowTarget(t testing.TB) *Learned {
+	p := fixed(t, Overrides{Setup: plain.Setup, BandwidthBytesPerS: plain.BandwidthBytesPerS, BytesPerToken: plain.BytesPerToken})
+	now := time.Unix(1_700_000_000, 0)
+	for range 4 {
+		now = now.Add(time.Second)
+		p.L.ObservePrefill(target, 4000, time.Second, now)
+	}
+	return p
 }
 
 // TestPolicyBehaviour holds every policy to the same contract.
 func TestPolicyBehaviour(t *testing.T) {
 	policies := map[string]Policy{
-		"min_blocks":         MinBlocks(4),
-		"min_blocks_zero":    MinBlocks(0),
-		"cost":               mustCost(t, nil),
-		"cost_measured_slow": mustCost(t, func(_, _ index.Source) Rates { return Rates{PrefillTokensPerS: 4000} }),
+		"min_blocks":            MinBlocks(4),
+		"min_blocks_zero":       MinBlocks(0),
+		"learned_prior":         fixed(t, Overrides{}),
+		"learned_fixed":         fixed(t, plain),
+		"learned_measured_slow": learnedSlowTarget(t),
+		"learned_with_a_margin": func() Policy { p := fixed(t, plain); p.Margin = 0.3; return p }(),
 	}
 	for name, p := range policies {
 		t.Run(name, func(t *testing.T) {
@@ -72,7 +79,7 @@ func TestPolicyBehaviour(t *testing.T) {
 				}
 				metas := fleet()
 				req := Request{Target: target, TargetMeta: metas[target], PrefixToBeat: 1, Chain: chain(300),
-					Candidates: []Candidate{{Source: w2, Depth: 1 + n, Chain: chain(300)[:1+n]}},
+					Candidates: []Candidate{{Source: w2, Depth: 1 + n, Chain: chain(300)[:1+n], SaltKnown: true}},
 					Meta:       func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }}
 				h, d := Select(req, p)
 				want := n >= worthFrom
@@ -98,93 +105,43 @@ func TestMinBlocks(t *testing.T) {
 	}
 }
 
-func TestCostPolicy(t *testing.T) {
+// TestLearnedArithmetic: with fixed figures the policy hints exactly when
+// the pull costs less than (1 - margin) of the recompute; measured
+// figures (a slow target) move the crossover.
+func TestLearnedArithmetic(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
-		name               string
-		src                index.Source // w2 when zero
-		measured           func(source, target index.Source) Rates
-		extra              int
-		worth              bool
-		pull, recompute    time.Duration
-		measuredBW, measPF bool
+		name            string
+		p               *Learned
+		extra           int
+		worth           bool
+		pull, recompute time.Duration
+		measPF          bool
 	}{
-		{name: "below the crossover", extra: 9, pull: 19 * ms, recompute: 18 * ms},
-		{name: "at the crossover a tie recomputes", extra: 10, pull: 20 * ms, recompute: 20 * ms},
-		{name: "beyond the crossover", extra: 11, worth: true, pull: 21 * ms, recompute: 22 * ms},
-		{name: "far beyond", extra: 1000, worth: true, pull: 1010 * ms, recompute: 2000 * ms},
-		{name: "slow link never pays off",
-			measured: func(_, _ index.Source) Rates { return Rates{BandwidthBytesPerS: 5e8} },
-			extra:    1000, pull: 2010 * ms, recompute: 2000 * ms, measuredBW: true},
-		{name: "slow target pays off sooner",
-			measured: func(_, _ index.Source) Rates { return Rates{PrefillTokensPerS: 4000} },
-			extra:    4, worth: true, pull: 14 * ms, recompute: 16 * ms, measPF: true},
-		{name: "slow target, still too few blocks",
-			measured: func(_, _ index.Source) Rates { return Rates{PrefillTokensPerS: 4000} },
-			extra:    3, pull: 13 * ms, recompute: 12 * ms, measPF: true},
-		{name: "measured setup and block size override defaults",
-			measured: func(_, _ index.Source) Rates { return Rates{SetupLatency: ms, BlockSize: 32, BytesPerBlock: 2e6} },
-			extra:    1, worth: true, pull: 3 * ms, recompute: 4 * ms},
-		{name: "unusable measurements fall back",
-			measured: func(_, _ index.Source) Rates {
-				return Rates{BandwidthBytesPerS: math.Inf(1), PrefillTokensPerS: -5, SetupLatency: -ms}
-			},
-			extra: 11, worth: true, pull: 21 * ms, recompute: 22 * ms},
-		{name: "rates are per source and target pair",
-			measured: func(s, tg index.Source) Rates {
-				if s == w3 && tg == target {
-					return Rates{BandwidthBytesPerS: 2e9}
-				}
-				return Rates{}
-			},
-			extra: 11, worth: true, pull: 21 * ms, recompute: 22 * ms},
-		{name: "the measured pair uses its rate", src: w3,
-			measured: func(s, tg index.Source) Rates {
-				if s == w3 && tg == target {
-					return Rates{BandwidthBytesPerS: 2e9}
-				}
-				return Rates{}
-			},
-			extra: 11, worth: true, pull: 15500 * time.Microsecond, recompute: 22 * ms, measuredBW: true},
+		{name: "below the crossover", p: fixed(t, plain), extra: 9, pull: 19 * ms, recompute: 18 * ms},
+		{name: "at the crossover a tie recomputes", p: fixed(t, plain), extra: 10, pull: 20 * ms, recompute: 20 * ms},
+		{name: "beyond the crossover", p: fixed(t, plain), extra: 11, worth: true, pull: 21 * ms, recompute: 22 * ms},
+		{name: "far beyond", p: fixed(t, plain), extra: 1000, worth: true, pull: 1010 * ms, recompute: 2000 * ms},
+		{name: "a margin moves the crossover",
+			p: func() *Learned { p := fixed(t, plain); p.Margin = 0.3; return p }(), extra: 25, pull: 35 * ms, recompute: 50 * ms},
+		{name: "slow link never pays off", p: fixed(t, Overrides{Setup: plain.Setup, BandwidthBytesPerS: 5e8, BytesPerToken: plain.BytesPerToken,
+			PrefillTokensPerS: plain.PrefillTokensPerS}), extra: 1000, pull: 2010 * ms, recompute: 2000 * ms},
+		{name: "measured slow target pays off sooner", p: learnedSlowTarget(t), extra: 4, worth: true, pull: 14 * ms, recompute: 16 * ms, measPF: true},
+		{name: "slow target, still too few blocks", p: learnedSlowTarget(t), extra: 3, pull: 13 * ms, recompute: 12 * ms, measPF: true},
+		{name: "a fixed zero setup", p: fixed(t, Overrides{Setup: -1, BandwidthBytesPerS: plain.BandwidthBytesPerS, BytesPerToken: plain.BytesPerToken,
+			PrefillTokensPerS: plain.PrefillTokensPerS}), extra: 1, worth: true, pull: ms, recompute: 2 * ms},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := tt.src
-			if src == (index.Source{}) {
-				src = w2
+			e := tt.p.Consider(Pull{Source: w2, Target: target, ExtraBlocks: tt.extra})
+			if e.Worth != tt.worth || e.Pull != tt.pull || e.Recompute != tt.recompute || e.MeasuredPrefill != tt.measPF || e.MeasuredBandwidth {
+				t.Fatalf("estimate %+v; want worth=%v pull=%v recompute=%v measured prefill=%v",
+					e, tt.worth, tt.pull, tt.recompute, tt.measPF)
 			}
-			e := mustCost(t, tt.measured).Consider(Pull{Source: src, Target: target, ExtraBlocks: tt.extra})
-			if e.Worth != tt.worth || e.Pull != tt.pull || e.Recompute != tt.recompute ||
-				e.MeasuredBandwidth != tt.measuredBW || e.MeasuredPrefill != tt.measPF {
-				t.Fatalf("estimate %+v; want worth=%v pull=%v recompute=%v measured bw=%v prefill=%v",
-					e, tt.worth, tt.pull, tt.recompute, tt.measuredBW, tt.measPF)
-			}
-			if e.Policy != "cost" || e.ExtraTokens == 0 || e.Bytes == 0 {
+			if e.Policy != policyLearned || e.ExtraTokens == 0 || e.Bytes == 0 {
 				t.Errorf("estimate lacks its figures: %+v", e)
 			}
 		})
-	}
-}
-
-func TestNewCostPolicyRejects(t *testing.T) {
-	for _, tt := range []struct {
-		field string
-		edit  func(r *Rates)
-	}{
-		{"BandwidthBytesPerS", func(r *Rates) { r.BandwidthBytesPerS = 0 }},
-		{"BandwidthBytesPerS", func(r *Rates) { r.BandwidthBytesPerS = math.NaN() }},
-		{"BandwidthBytesPerS", func(r *Rates) { r.BandwidthBytesPerS = math.Inf(1) }},
-		{"PrefillTokensPerS", func(r *Rates) { r.PrefillTokensPerS = -1 }},
-		{"SetupLatency", func(r *Rates) { r.SetupLatency = -time.Second }},
-		{"BytesPerBlock", func(r *Rates) { r.BytesPerBlock = 0 }},
-		{"BlockSize", func(r *Rates) { r.BlockSize = 0 }},
-	} {
-		r := testRates
-		tt.edit(&r)
-		_, err := NewCostPolicy(r, nil)
-		if !errors.Is(err, ErrBadRates) || !strings.Contains(err.Error(), tt.field) {
-			t.Errorf("%+v: err = %v, want ErrBadRates naming %s", r, err, tt.field)
-		}
 	}
 }
 

@@ -19,16 +19,6 @@ type Meta struct {
 	Detached bool
 }
 
-// Run is a contiguous range of blocks [Start, End) that a source holds
-// without holding the prefix before it.
-type Run struct {
-	Start, End int
-	// Parent is the engine hash of block Start-1 as the source recorded it;
-	// it must equal the request's, or the run belongs to another prefix.
-	Parent uint64
-	Chain  []uint64 // the source's engine hashes for [Start, End); shorter = truncated
-}
-
 // Candidate is one source's match against the request.
 type Candidate struct {
 	Source index.Source
@@ -37,16 +27,19 @@ type Candidate struct {
 	Depth int
 	// Chain holds the source's engine hashes for blocks [0, Depth) as the
 	// index retained them; shorter than Depth means truncated.
-	Chain  []uint64
-	Suffix *Run
+	Chain []uint64
 	// HashConflict: the source's engine hashes disagree with the target's,
 	// so the target could not look the pulled blocks up.
-	//
-	// A candidate carries no cache salt to compare with the request's: the
-	// salt is part of a block's identity (kvhash.SeedFor seeds the local
-	// hashes with it), so the index matches a request only against blocks
-	// stored under the request's own salt.
 	HashConflict bool
+	// SaltKnown: every block the source holds was stored with its cache
+	// salt known (index.Index.SaltKnown). The salt is part of a block's
+	// identity (kvhash.SeedFor seeds the local hashes with it), so a match
+	// is under the request's own salt only if the source reported its
+	// salts; a source that stored blocks of unknown salt (a runner whose
+	// stores lack vLLM's extra_keys) may hold another tenant's prefix
+	// under an identity that looks unsalted, and is never a source. The
+	// zero value fails closed.
+	SaltKnown bool
 }
 
 // Request is the input to Select once the target is chosen.
@@ -55,8 +48,8 @@ type Request struct {
 	TargetMeta   Meta
 	PrefixToBeat int // the target's own cached device prefix, in blocks
 	// Chain is the request's engine block hashes as far as the target's
-	// cache knows them (at least [0, PrefixToBeat) when available). It
-	// anchors suffix runs and is checked against the winner's chain.
+	// cache knows them (at least [0, PrefixToBeat) when available). It is
+	// checked against the winner's chain.
 	Chain []uint64
 	// Candidates holds at most one entry per source; the index merges a
 	// source's tiers into one depth.
@@ -80,7 +73,7 @@ const (
 	ReasonSourceNotCapable        // ... lacks router_hint or an endpoint, or is unknown
 	ReasonNotReady                // ... has an event stream still catching up
 	ReasonConflict                // ... has engine hashes that disagree with the target's
-	ReasonHole                    // ... holds a run that does not join the target's prefix
+	ReasonSaltUnknown             // ... holds blocks whose cache salt is not known
 	// From here on a winner was chosen, then refused.
 	ReasonChainTruncated  // the winner's depth exceeds its retained chain
 	ReasonChainMismatch   // the winner's chain disagrees with the request's
@@ -99,7 +92,7 @@ var reasonNames = [...]string{
 	ReasonSourceNotCapable: "source_not_capable",
 	ReasonNotReady:         "not_ready",
 	ReasonConflict:         "conflict",
-	ReasonHole:             "hole",
+	ReasonSaltUnknown:      "salt_unknown",
 	ReasonChainTruncated:   "chain_truncated",
 	ReasonChainMismatch:    "chain_mismatch",
 	ReasonNotWorthPulling:  "not_worth_pulling",
@@ -116,14 +109,12 @@ func (r Reason) String() string {
 // Decision explains a Select outcome.
 type Decision struct {
 	Reason Reason
-	// Source, Start, Reach and Suffix describe the winner, set whenever one
-	// was chosen, even if it was then refused (truncated, not worth it). For
-	// the reasons that exclude a source they describe the deepest excluded
+	// Source and Reach describe the winner, set whenever one was chosen,
+	// even if it was then refused (truncated, not worth it). For the
+	// reasons that exclude a source they describe the deepest excluded
 	// one instead.
 	Source index.Source
-	Start  int // first block of the payload: 0 for a prefix
-	Reach  int // the block the target would hold up to: prefix depth or run end
-	Suffix bool
+	Reach  int // the prefix depth the target would hold, in blocks
 	// Estimate is the policy's verdict, set when the policy was asked.
 	Estimate Estimate
 }
@@ -131,29 +122,30 @@ type Decision struct {
 // Hinted reports whether Select produced a hint.
 func (d Decision) Hinted() bool { return d.Reason == ReasonHinted }
 
-// pick is the best option found so far: a prefix or a suffix run.
+// pick is the best prefix found so far.
 type pick struct {
 	ok    bool
 	src   index.Source
-	start int
 	reach int
-	chain []uint64 // retained hashes from start on
-	run   bool     // a suffix run rather than a prefix
+	chain []uint64 // retained hashes from the root on
 	why   Reason   // for excluded picks
 }
 
-// better reports whether an option reaching reach from source s beats p.
+// better reports whether a prefix reaching reach from source s beats p.
 func (p pick) better(reach int, s index.Source) bool {
 	return !p.ok || reach > p.reach || reach == p.reach && s.Compare(p.src) < 0
 }
 
 // Select picks the source the target should pull from, following docs/wire.md
 // §6.1 (Dynamo's best_source): the eligible source with the longest prefix beyond
-// the target's own, or a suffix run that joins the target's prefix and
-// reaches strictly further than that best prefix. A winner whose retained
-// chain is too short fails closed rather than falling back to a runner-up,
-// since the runner-up was judged by the same index that just proved stale.
-// The policy then decides whether the extra blocks are worth pulling.
+// the target's own. A winner whose retained chain is too short fails closed
+// rather than falling back to a runner-up, since the runner-up was judged by
+// the same index that just proved stale. The policy then decides whether
+// the extra blocks are worth pulling.
+//
+// Suffix runs (docs/wire.md §6.1: a source holding blocks [start, end) without the
+// prefix before them) are not considered: the router's index matches
+// root-aligned prefixes only, and no measurement showed a run worth adding.
 func Select(req Request, policy Policy) (Hint, Decision) {
 	if req.Target.Owner != "" || req.TargetMeta.Detached {
 		return Hint{}, Decision{Reason: ReasonBadTarget}
@@ -166,72 +158,37 @@ func Select(req Request, policy Policy) (Hint, Decision) {
 	}
 	beat := max(req.PrefixToBeat, 0)
 
-	var prefix, suffix, excluded pick
+	var win, excluded pick
 	for i := range req.Candidates {
 		c := &req.Candidates[i]
-		run := c.Suffix
-		prefixBeyond := c.Depth > beat
-		runBeyond := run != nil && run.End > beat
 		// Skip what cannot change the outcome before the Meta lookup, the
 		// costly part. A skipped candidate is never the reported exclusion
 		// either: that is only reported when nothing won, and something
 		// already beats this one.
-		prefixBeyond = prefixBeyond && prefix.better(c.Depth, c.Source)
-		runBeyond = runBeyond && suffix.better(run.End, c.Source) && (!prefix.ok || run.End > prefix.reach)
-		if !prefixBeyond && !runBeyond {
+		if c.Depth <= beat || !win.better(c.Depth, c.Source) {
 			continue
 		}
 		if why := eligible(req, c); why != ReasonHinted {
-			reach := c.Depth
-			if runBeyond {
-				reach = max(reach, run.End)
-			}
-			if excluded.better(reach, c.Source) {
-				excluded = pick{ok: true, src: c.Source, reach: reach, run: reach > c.Depth, why: why}
-				if excluded.run {
-					excluded.start = run.Start
-				}
+			if excluded.better(c.Depth, c.Source) {
+				excluded = pick{ok: true, src: c.Source, reach: c.Depth, why: why}
 			}
 			continue
 		}
-		if prefixBeyond && prefix.better(c.Depth, c.Source) {
-			prefix = pick{ok: true, src: c.Source, reach: c.Depth, chain: c.Chain}
-		}
-		if !runBeyond {
-			continue
-		}
-		if !joins(req.Chain, beat, run) {
-			if excluded.better(run.End, c.Source) {
-				excluded = pick{ok: true, src: c.Source, start: run.Start, reach: run.End, run: true, why: ReasonHole}
-			}
-			continue
-		}
-		if suffix.better(run.End, c.Source) {
-			suffix = pick{ok: true, src: c.Source, start: run.Start, reach: run.End, chain: run.Chain, run: true}
-		}
-	}
-
-	// A run wins only by reaching strictly further than the best prefix (or
-	// than the target when no prefix qualifies): at equal reach the
-	// root-aligned prefix is the safer payload.
-	win := prefix
-	if suffix.ok && (!prefix.ok || suffix.reach > prefix.reach) {
-		win = suffix
+		win = pick{ok: true, src: c.Source, reach: c.Depth, chain: c.Chain}
 	}
 	if !win.ok {
 		if excluded.ok {
-			return Hint{}, Decision{Reason: excluded.why, Source: excluded.src, Start: excluded.start,
-				Reach: excluded.reach, Suffix: excluded.run}
+			return Hint{}, Decision{Reason: excluded.why, Source: excluded.src, Reach: excluded.reach}
 		}
 		return Hint{}, Decision{Reason: ReasonNotBeyondTarget}
 	}
-	d := Decision{Source: win.src, Start: win.start, Reach: win.reach, Suffix: win.run}
-	if len(win.chain) < win.reach-win.start {
+	d := Decision{Source: win.src, Reach: win.reach}
+	if len(win.chain) < win.reach {
 		d.Reason = ReasonChainTruncated
 		return Hint{}, d
 	}
-	payload := win.chain[:win.reach-win.start]
-	if !agrees(req.Chain, win.start, payload) {
+	payload := win.chain[:win.reach]
+	if !agrees(req.Chain, payload) {
 		// The index says the hashes agree but the chains differ: it is
 		// inconsistent, and an unsure router sends no hint.
 		d.Reason = ReasonChainMismatch
@@ -255,6 +212,9 @@ func eligible(req Request, c *Candidate) Reason {
 	if c.HashConflict {
 		return ReasonConflict
 	}
+	if !c.SaltKnown {
+		return ReasonSaltUnknown
+	}
 	if req.Meta == nil {
 		return ReasonSourceNotCapable
 	}
@@ -277,26 +237,9 @@ func eligible(req Request, c *Candidate) Reason {
 	return ReasonHinted
 }
 
-// joins reports whether run continues the target's cached prefix: it starts
-// within that prefix and its first block's parent is the request's block
-// before it. A run starting past the prefix would leave a hole the target
-// cannot fill from this hint.
-func joins(chain []uint64, beat int, run *Run) bool {
-	if run.Start < 0 || run.Start > beat || run.End <= run.Start {
-		return false
-	}
-	if run.Start == 0 {
-		return true
-	}
-	return run.Start-1 < len(chain) && chain[run.Start-1] == run.Parent
-}
-
-// agrees reports whether payload, placed at block start, matches chain
+// agrees reports whether payload, a prefix from the root, matches chain
 // wherever both are known.
-func agrees(chain []uint64, start int, payload []uint64) bool {
-	if start >= len(chain) {
-		return true
-	}
-	n := min(len(chain)-start, len(payload))
-	return slices.Equal(chain[start:start+n], payload[:n])
+func agrees(chain, payload []uint64) bool {
+	n := min(len(chain), len(payload))
+	return slices.Equal(chain[:n], payload[:n])
 }

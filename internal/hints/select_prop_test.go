@@ -10,7 +10,7 @@ import (
 )
 
 // randomRequest draws a fleet where every rule of Select has a chance to
-// fire: mixed types, readiness, conflicts, truncation and runs.
+// fire: mixed types, readiness, conflicts, unknown salts and truncation.
 func randomRequest(r *rand.Rand) (Request, map[index.Source]Meta) {
 	pool := []index.Source{target, w1r1, w2, w3, p1, ownerA, ownerB}
 	metas := fleet()
@@ -30,18 +30,7 @@ func randomRequest(r *rand.Rand) (Request, map[index.Source]Meta) {
 			c.Chain = c.Chain[:r.IntN(c.Depth+1)]
 		}
 		c.HashConflict = r.IntN(10) == 0
-		if r.IntN(2) == 0 {
-			start := r.IntN(6)
-			end := start + 1 + r.IntN(12-start)
-			run := &Run{Start: start, End: end, Chain: full[start:end]}
-			if start > 0 {
-				run.Parent = full[start-1]
-				if r.IntN(8) == 0 {
-					run.Parent++
-				}
-			}
-			c.Suffix = run
-		}
+		c.SaltKnown = r.IntN(10) > 0
 		req.Candidates = append(req.Candidates, c)
 	}
 	req.Meta = func(s index.Source) (Meta, bool) { m, ok := metas[s]; return m, ok }
@@ -49,48 +38,30 @@ func randomRequest(r *rand.Rand) (Request, map[index.Source]Meta) {
 }
 
 // reference is Select's winner rule written the slow, obvious way: list
-// every eligible option, sort, take the first.
-func reference(req Request) (index.Source, int, int, bool) {
+// every eligible prefix, sort, take the first.
+func reference(req Request) (index.Source, int, bool) {
 	type option struct {
-		src        index.Source
-		start, end int
-		run        bool
+		src index.Source
+		end int
 	}
 	beat := max(req.PrefixToBeat, 0)
-	var prefixes, runs []option
+	var prefixes []option
 	for i := range req.Candidates {
 		c := &req.Candidates[i]
-		if eligible(req, c) != ReasonHinted {
-			continue
-		}
-		if c.Depth > beat {
-			prefixes = append(prefixes, option{c.Source, 0, c.Depth, false})
-		}
-		if c.Suffix != nil && c.Suffix.End > beat && joins(req.Chain, beat, c.Suffix) {
-			runs = append(runs, option{c.Source, c.Suffix.Start, c.Suffix.End, true})
+		if eligible(req, c) == ReasonHinted && c.Depth > beat {
+			prefixes = append(prefixes, option{c.Source, c.Depth})
 		}
 	}
-	best := func(os []option) (option, bool) {
-		if len(os) == 0 {
-			return option{}, false
+	if len(prefixes) == 0 {
+		return index.Source{}, 0, false
+	}
+	slices.SortFunc(prefixes, func(a, b option) int {
+		if a.end != b.end {
+			return b.end - a.end
 		}
-		slices.SortFunc(os, func(a, b option) int {
-			if a.end != b.end {
-				return b.end - a.end
-			}
-			return a.src.Compare(b.src)
-		})
-		return os[0], true
-	}
-	p, okP := best(prefixes)
-	s, okS := best(runs)
-	switch {
-	case okS && (!okP || s.end > p.end):
-		return s.src, s.start, s.end, true
-	case okP:
-		return p.src, 0, p.end, true
-	}
-	return index.Source{}, 0, 0, false
+		return a.src.Compare(b.src)
+	})
+	return prefixes[0].src, prefixes[0].end, true
 }
 
 func TestSelectMatchesReferenceInAnyOrder(t *testing.T) {
@@ -106,13 +77,13 @@ func TestSelectMatchesReferenceInAnyOrder(t *testing.T) {
 		if d.Hinted() {
 			hinted++
 		}
-		src, start, end, won := reference(req)
+		src, end, won := reference(req)
 		// Reasons from ReasonChainTruncated on refuse a chosen winner.
 		if chosen := d.Reason == ReasonHinted || d.Reason >= ReasonChainTruncated; won != chosen {
 			t.Fatalf("case %d: reference won=%v, Select %+v\n%+v", i, won, d, req.Candidates)
 		}
-		if won && (d.Source != src || d.Start != start || d.Reach != end) {
-			t.Fatalf("case %d: reference picks %v [%d,%d), Select %+v\n%+v", i, src, start, end, d, req.Candidates)
+		if won && (d.Source != src || d.Reach != end) {
+			t.Fatalf("case %d: reference picks %v reaching %d, Select %+v\n%+v", i, src, end, d, req.Candidates)
 		}
 		for range 3 {
 			shuffled := req

@@ -47,16 +47,7 @@ func chain(n int) []uint64 {
 }
 
 func prefix(s index.Source, depth int) Candidate {
-	return Candidate{Source: s, Depth: depth, Chain: chain(12)[:depth]}
-}
-
-func suffix(s index.Source, start, end int) Candidate {
-	c := chain(12)
-	r := &Run{Start: start, End: end, Chain: c[start:end]}
-	if start > 0 {
-		r.Parent = c[start-1]
-	}
-	return Candidate{Source: s, Suffix: r}
+	return Candidate{Source: s, Depth: depth, Chain: chain(12)[:depth], SaltKnown: true}
 }
 
 func TestSelect(t *testing.T) {
@@ -65,10 +56,9 @@ func TestSelect(t *testing.T) {
 		cands []Candidate
 		edit  func(r *Request, metas map[index.Source]Meta)
 		// want
-		reason     Reason
-		src        index.Source
-		start, end int // the decision's range; the payload is chain[start:end] when hinted
-		isSuffix   bool
+		reason Reason
+		src    index.Source
+		end    int // the decision's reach; the payload is chain[:end] when hinted
 	}{
 		{name: "no candidates", reason: ReasonNoCandidate},
 		{name: "other DP rank of the target's worker is a source",
@@ -137,6 +127,12 @@ func TestSelect(t *testing.T) {
 		{name: "hash conflict is never a source",
 			cands:  []Candidate{func() Candidate { c := prefix(w2, 9); c.HashConflict = true; return c }()},
 			reason: ReasonConflict, src: w2, end: 9},
+		{name: "a source holding blocks of unknown salt is never a source",
+			cands:  []Candidate{func() Candidate { c := prefix(ownerA, 9); c.SaltKnown = false; return c }()},
+			reason: ReasonSaltUnknown, src: ownerA, end: 9},
+		{name: "unknown salt gives way to a shorter source whose salts are known",
+			cands: []Candidate{func() Candidate { c := prefix(w2, 9); c.SaltKnown = false; return c }(), prefix(w3, 4)},
+			src:   w3, end: 4},
 		{name: "hash conflict gives way to a shorter clean source",
 			cands: []Candidate{func() Candidate { c := prefix(w2, 9); c.HashConflict = true; return c }(), prefix(w3, 4)},
 			src:   w3, end: 4},
@@ -154,34 +150,6 @@ func TestSelect(t *testing.T) {
 		{name: "a truncated loser does not matter",
 			cands: []Candidate{func() Candidate { c := prefix(w2, 7); c.Chain = c.Chain[:5]; return c }(), prefix(w3, 8)},
 			src:   w3, end: 8},
-		{name: "suffix alone beyond the target",
-			cands: []Candidate{suffix(ownerA, 1, 9)}, src: ownerA, start: 1, end: 9, isSuffix: true},
-		{name: "suffix starting exactly at the target's prefix",
-			cands: []Candidate{suffix(ownerA, 2, 9)}, src: ownerA, start: 2, end: 9, isSuffix: true},
-		{name: "suffix past the target's prefix would bridge a hole",
-			cands: []Candidate{suffix(ownerA, 3, 9)}, reason: ReasonHole, src: ownerA, start: 3, end: 9, isSuffix: true},
-		{name: "suffix whose parent is another prefix's block",
-			cands:  []Candidate{func() Candidate { c := suffix(ownerA, 2, 9); c.Suffix.Parent++; return c }()},
-			reason: ReasonHole, src: ownerA, start: 2, end: 9, isSuffix: true},
-		{name: "suffix anchored beyond the known request chain",
-			cands: []Candidate{suffix(ownerA, 2, 9)}, reason: ReasonHole, src: ownerA, start: 2, end: 9, isSuffix: true,
-			edit: func(r *Request, m map[index.Source]Meta) { r.Chain = r.Chain[:1] }},
-		{name: "suffix reaching further than the best prefix wins",
-			cands: []Candidate{prefix(w2, 6), suffix(ownerA, 1, 7)}, src: ownerA, start: 1, end: 7, isSuffix: true},
-		{name: "suffix reaching as far as the best prefix loses",
-			cands: []Candidate{suffix(ownerA, 1, 6), prefix(w2, 6)}, src: w2, end: 6},
-		{name: "suffix and prefix from one source: the further one",
-			cands: []Candidate{func() Candidate { c := suffix(ownerA, 2, 10); c.Depth, c.Chain = 5, chain(5); return c }()},
-			src:   ownerA, start: 2, end: 10, isSuffix: true},
-		{name: "two suffixes: further end wins",
-			cands: []Candidate{suffix(ownerA, 1, 7), suffix(ownerB, 2, 8)}, src: ownerB, start: 2, end: 8, isSuffix: true},
-		{name: "suffix not beyond the target",
-			cands: []Candidate{suffix(ownerA, 0, 2)}, reason: ReasonNotBeyondTarget},
-		{name: "suffix winner truncated: fail closed",
-			cands:  []Candidate{func() Candidate { c := suffix(ownerA, 1, 9); c.Suffix.Chain = c.Suffix.Chain[:4]; return c }(), prefix(w2, 7)},
-			reason: ReasonChainTruncated, src: ownerA, start: 1, end: 9, isSuffix: true},
-		{name: "suffix from an ineligible source",
-			cands: []Candidate{suffix(p1, 1, 9)}, reason: ReasonTypeMismatch, src: p1, start: 1, end: 9, isSuffix: true},
 		{name: "negative prefix to beat counts as none",
 			cands: []Candidate{prefix(w2, 1)}, src: w2, end: 1,
 			edit: func(r *Request, m map[index.Source]Meta) { r.PrefixToBeat = -3 }},
@@ -204,9 +172,8 @@ func TestSelect(t *testing.T) {
 			if d.Hinted() != (tt.reason == ReasonHinted) {
 				t.Errorf("Hinted() = %v with reason %v", d.Hinted(), d.Reason)
 			}
-			if d.Source != tt.src || d.Start != tt.start || d.Reach != tt.end || d.Suffix != tt.isSuffix {
-				t.Errorf("decision source %v [%d,%d) suffix=%v, want %v [%d,%d) suffix=%v",
-					d.Source, d.Start, d.Reach, d.Suffix, tt.src, tt.start, tt.end, tt.isSuffix)
+			if d.Source != tt.src || d.Reach != tt.end {
+				t.Errorf("decision source %v reach %d, want %v reach %d", d.Source, d.Reach, tt.src, tt.end)
 			}
 			if tt.reason != ReasonHinted {
 				if h.Endpoint != "" || h.BlockHashes != nil {
@@ -217,8 +184,8 @@ func TestSelect(t *testing.T) {
 			if want := metas[tt.src].Endpoint; h.Endpoint != want {
 				t.Errorf("endpoint = %q, want %q", h.Endpoint, want)
 			}
-			if want := chain(12)[tt.start:tt.end]; !slices.Equal(h.BlockHashes, want) {
-				t.Errorf("block hashes = %v, want chain[%d:%d] = %v", h.BlockHashes, tt.start, tt.end, want)
+			if want := chain(12)[:tt.end]; !slices.Equal(h.BlockHashes, want) {
+				t.Errorf("block hashes = %v, want chain[:%d] = %v", h.BlockHashes, tt.end, want)
 			}
 			if d.Estimate.ExtraBlocks != tt.end-max(req.PrefixToBeat, 0) {
 				t.Errorf("estimate extra blocks = %d, want %d", d.Estimate.ExtraBlocks, tt.end-req.PrefixToBeat)

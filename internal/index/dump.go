@@ -53,6 +53,9 @@ func (ix *Index) Dump(src Source) []Op {
 			op.Depths = append(op.Depths, en.depth)
 		}
 	}
+	if len(ops) > 0 && !ix.SaltKnown(src) {
+		ops[0].SaltUnknown = true
+	}
 	return ops
 }
 

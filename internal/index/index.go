@@ -141,6 +141,9 @@ func (ix *Index) applyLocked(s *source, ops []Op) error {
 		if err == nil {
 			switch op.Kind {
 			case OpStore:
+				if op.SaltUnknown {
+					s.saltUnknown.Store(true)
+				}
 				conf, err = ix.store(s, op, conf)
 			case OpRemove:
 				ix.remove(s, op.Hashes, 1<<op.Tier)
@@ -441,6 +444,9 @@ func (ix *Index) remove(s *source, hashes []uint64, tiers uint32) {
 			s.engine.del(e)
 		}
 	}
+	if s.engine.len() == 0 {
+		s.saltUnknown.Store(false) // nothing of unknown salt is left
+	}
 }
 
 func (ix *Index) clear(s *source, tiers uint32) {
@@ -453,6 +459,7 @@ func (ix *Index) clear(s *source, tiers uint32) {
 	}
 	if s.engine.len() == 0 {
 		s.engine.reset()
+		s.saltUnknown.Store(false)
 	}
 	s.scratch = nil
 }
@@ -474,6 +481,13 @@ func (ix *Index) RemoveSource(src Source) {
 	s.mu.Unlock()
 	ix.conf.forget(s.id)
 	ix.reg.drop(s)
+}
+
+// SaltKnown reports whether every block src holds was stored with its
+// cache salt known; a source that never stored anything is.
+func (ix *Index) SaltKnown(src Source) bool {
+	s := ix.reg.lookup(src)
+	return s == nil || !s.saltUnknown.Load()
 }
 
 // Conflict reports whether a and b were seen reporting different engine

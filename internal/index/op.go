@@ -82,7 +82,18 @@ type Op struct {
 
 	// AllTiers makes a Clear drop every tier.
 	AllTiers bool
+
+	// SaltUnknown marks a Store whose blocks' cache salt could not be
+	// known (kvevents.Event.SaltUnknown): built from an event, its
+	// identities match no request; applied, it makes the source one whose
+	// salt is not known (Index.SaltKnown) until it holds nothing. A Dump
+	// of such a source carries it on its first op.
+	SaltUnknown bool
 }
+
+// saltUnknownMark is mixed into the local hashes of blocks whose salt is
+// not known, as an extra key no request's tokens reproduce.
+const saltUnknownMark = 0x5a17_0000_dead_beef
 
 // OpFromEvent converts a decoded engine event into an index op, computing
 // the blocks' local hashes from its token ids (docs/wire.md §4.1): the LoRA name and
@@ -109,14 +120,22 @@ func OpFromEvent(ev kvevents.Event) (Op, error) {
 				local[i] = kvhash.SequenceHash(local[i], x)
 			}
 		}
+		if ev.SaltUnknown {
+			// Fail closed: under a salt that may be any tenant's, no
+			// request may match these blocks, nor anything under them.
+			for i := range local {
+				local[i] = kvhash.SequenceHash(local[i], saltUnknownMark)
+			}
+		}
 		return Op{
-			Kind:      OpStore,
-			Tier:      ev.Tier,
-			Hashes:    ev.BlockHashes,
-			Parent:    ev.ParentHash,
-			HasParent: ev.HasParent,
-			Local:     local,
-			BlockSize: ev.BlockSize,
+			Kind:        OpStore,
+			Tier:        ev.Tier,
+			Hashes:      ev.BlockHashes,
+			Parent:      ev.ParentHash,
+			HasParent:   ev.HasParent,
+			Local:       local,
+			BlockSize:   ev.BlockSize,
+			SaltUnknown: ev.SaltUnknown,
 		}, nil
 	case kvevents.KindRemoved:
 		return Op{Kind: OpRemove, Tier: ev.Tier, Hashes: ev.BlockHashes}, nil

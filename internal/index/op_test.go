@@ -131,3 +131,51 @@ func TestBlockExtraIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestSaltUnknown: a store whose salt is not known matches no request,
+// whatever its salt, nor does what is stored under it; its source is one
+// whose salt is not known, in a Dump too, until it holds nothing.
+func TestSaltUnknown(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	ix, _ := New(Config{BlockSize: 4})
+	root, err := OpFromEvent(kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{1}, TokenIDs: tokens[:4], BlockSize: 4, SaltUnknown: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := OpFromEvent(kvevents.Event{Kind: kvevents.KindStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true,
+		TokenIDs: tokens[4:], BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !root.SaltUnknown || child.SaltUnknown {
+		t.Fatalf("ops %+v %+v", root, child)
+	}
+	if !ix.SaltKnown(w0) || !ix.SaltKnown(w1) {
+		t.Fatal("a source that stored nothing has its salt unknown")
+	}
+	if err := ix.Apply(w0, root, child); err != nil {
+		t.Fatal(err)
+	}
+	for _, salt := range []string{"", "tenant-a"} {
+		if got := ix.Match(kvhash.LocalHashes(tokens, 4, kvhash.SeedFor("", salt)), MatchOptions{}); len(got) != 0 {
+			t.Errorf("salt %q matched %+v", salt, got)
+		}
+	}
+	if ix.SaltKnown(w0) || !ix.SaltKnown(w1) {
+		t.Fatalf("SaltKnown: w0 %v, w1 %v", ix.SaltKnown(w0), ix.SaltKnown(w1))
+	}
+	dump := ix.Dump(w0)
+	if len(dump) == 0 || !dump[0].SaltUnknown {
+		t.Fatalf("dump %+v", dump)
+	}
+	other, _ := New(Config{BlockSize: 4})
+	if err := other.Apply(w1, dump...); err != nil || other.SaltKnown(w1) {
+		t.Fatalf("a dump applied elsewhere: err %v, salt known %v", err, other.SaltKnown(w1))
+	}
+	if err := ix.Apply(w0, Op{Kind: OpRemove, Hashes: []uint64{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if !ix.SaltKnown(w0) {
+		t.Fatal("a source holding nothing any more still has its salt unknown")
+	}
+}

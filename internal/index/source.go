@@ -82,7 +82,11 @@ type source struct {
 	// has not cleaned up yet): readers verify against the node.
 	engine engineTable
 	held   atomic.Int64 // nodes this source holds, on any tier
-	gone   bool         // removed; an Apply that raced with removal re-resolves
+	// saltUnknown: the source stored blocks whose cache salt could not be
+	// known (Op.SaltUnknown), until it holds nothing: hint selection
+	// never names it (SaltKnown).
+	saltUnknown atomic.Bool
+	gone        bool // removed; an Apply that raced with removal re-resolves
 	// Counter changes of the Apply under way, published when it ends:
 	// one atomic add per Apply rather than three per block.
 	dHeld, dBlocks int64

@@ -38,10 +38,11 @@ import (
 //	state                        each source's readiness and holdings
 //
 // Events: "store|remove|clear [runner] [tier=N] [salt=S] [group=N]
-// [kind=K] [bs=N] [short] [placeholder] [root] NAMES..." on the tree
+// [kind=K] [bs=N] [short] [placeholder] [root] [keyless] NAMES..." on the tree
 // A: B:A C:B D:C X: Y:X. A store is under its first block's tree parent
 // unless root; runner events are runner-owned, on tier 3 unless tier=
-// says; short drops a token, bs= claims another block size.
+// says; short drops a token, bs= claims another block size, keyless
+// sends a store without vLLM's extra_keys.
 //
 // The output lines: "ready|not-ready SRC", "reset SRC", "count CLASS
 // REASON", and "apply SRC: OPS" with " -> refused ..." when the output
@@ -194,7 +195,9 @@ func (e *env) batch(c *ddCase, dp int) Batch {
 // event parses one event line of a batch.
 func (e *env) event(c *ddCase, line string) kvevents.Event {
 	words := strings.Fields(line)
-	ev := kvevents.Event{Tier: kvevents.TierDevice}
+	// As vLLM and the simulated engine send them, stores carry extra_keys
+	// unless keyless.
+	ev := kvevents.Event{Tier: kvevents.TierDevice, ExtraKeys: true}
 	var names []string
 	root, short := false, false
 	bs := e.tr.BlockSize
@@ -224,6 +227,8 @@ func (e *env) event(c *ddCase, line string) kvevents.Event {
 			ev.Placeholder = true
 		case "root":
 			root = true
+		case "keyless":
+			ev.ExtraKeys = false
 		default:
 			if _, ok := e.tr.Engine[w]; !ok {
 				e.t.Fatalf("%s: event %q: unknown word %q", c.pos, line, w)

@@ -30,13 +30,21 @@ func (g *groupKinds) Of(ev *kvevents.Event) string {
 // vLLM names the salt in a prefix's first block only, and the router's
 // identities carry it in every block (docs/wire.md §3.3). It maps the engine hash of
 // each block under a salted root to the salt, for as long as any residency
-// (tier and owner) still holds the block. One per stream (engine rank);
-// not safe for concurrent use.
+// (tier and owner) still holds the block.
+//
+// It also fails closed where the salt cannot be known: a runner-owned root
+// store without extra_keys (a runner that reports keys and tokens only) may
+// be any tenant's, and so may every runner-owned store under it. Such
+// stores are marked SaltUnknown, unless another residency's store of the
+// same hash (the engine's own, with its extra keys) told the salt: a hash
+// has one salt, since the salt is hashed into it. One per stream (engine
+// rank); not safe for concurrent use.
 type saltChains map[uint64]saltedBlock
 
 type saltedBlock struct {
-	salt string
-	held uint8 // one bit per tier and owner: see residency
+	salt    string
+	unknown bool  // no store of it told its salt, and a runner-owned one may have had one
+	held    uint8 // one bit per tier and owner: see residency
 }
 
 // residency is the bit of an event's tier and owner: a block dropped from
@@ -46,15 +54,29 @@ func residency(ev *kvevents.Event) uint8 {
 	return 1 << (uint(ev.Tier&3) | uint(ev.Ownership&1)<<2)
 }
 
-// Inherit gives a store the salt of the chain it extends, and keeps the
-// salted blocks in step with removals and clears.
+// Inherit gives a store the salt of the chain it extends, or marks it
+// SaltUnknown, and keeps the salted blocks in step with removals and
+// clears.
 func (c *saltChains) Inherit(ev *kvevents.Event) {
 	switch ev.Kind {
 	case kvevents.KindStored:
-		if ev.CacheSalt == "" && ev.HasParent {
-			ev.CacheSalt = (*c)[ev.ParentHash].salt
+		runner := ev.Ownership == kvevents.OwnedByRunner
+		switch {
+		case ev.CacheSalt != "":
+		case ev.HasParent:
+			b := (*c)[ev.ParentHash]
+			ev.CacheSalt = b.salt
+			// Only the runner's own chains carry the doubt: the
+			// engine's stores say their root's salt themselves.
+			ev.SaltUnknown = b.unknown && runner
+		case runner && !ev.ExtraKeys && len(ev.BlockHashes) > 0:
+			if b, ok := (*c)[ev.BlockHashes[0]]; ok && b.salt != "" {
+				ev.CacheSalt = b.salt // the engine's store of it said so
+			} else {
+				ev.SaltUnknown = true
+			}
 		}
-		if ev.CacheSalt == "" {
+		if ev.CacheSalt == "" && !ev.SaltUnknown {
 			return
 		}
 		if *c == nil {
@@ -63,10 +85,15 @@ func (c *saltChains) Inherit(ev *kvevents.Event) {
 		bit := residency(ev)
 		for _, h := range ev.BlockHashes {
 			b := (*c)[h]
-			if b.salt != ev.CacheSalt {
+			switch {
+			case ev.SaltUnknown && b.salt != "":
+				// Known from another residency: keep it.
+			case ev.SaltUnknown:
+				b.unknown = true
+			case b.salt != ev.CacheSalt:
 				// Another salt for the same hash: the engine reused
 				// the hash, and the latest store speaks for it.
-				b = saltedBlock{salt: ev.CacheSalt}
+				b = saltedBlock{salt: ev.CacheSalt, held: b.held}
 			}
 			b.held |= bit
 			(*c)[h] = b

@@ -288,6 +288,7 @@ func (s *scratch) extraKeys(ev *Event, sp *span, st *eventState) error {
 	if r.nil() {
 		return nil
 	}
+	ev.ExtraKeys = true
 	n, err := r.arrayLen()
 	if err != nil {
 		return fail(fExtraKeys, -1, err)

@@ -75,7 +75,7 @@ func TestDecode(t *testing.T) {
 			name:    "spec V1 vLLM map",
 			payload: mustHex(t, specV1),
 			want: wantBatch(
-				wantStored(func(e *Event) { e.SpecKind = "full_attention" }),
+				wantStored(func(e *Event) { e.SpecKind, e.ExtraKeys = "full_attention", true }),
 				wantRemoved(nil)),
 		},
 		{
@@ -141,28 +141,29 @@ func TestDecode(t *testing.T) {
 				e.GroupIdx, e.SpecKind, e.Locality = 1, "sliding_window", "REMOTE"
 				e.Ownership, e.SessionID = OwnedByRunner, "sess-1"
 				e.BlockExtra = []uint64{xxh3.Hash(cat([]mp{str("mm"), uv(0)})) | 1}
+				e.ExtraKeys = true
 			})),
 		},
 		{
 			name:    "vLLM salt: a root block's lone extra key",
 			payload: batch(vllmStored(kv(KeyExtraKeys, arr(arr(str("tenant-a")))))),
-			want:    wantBatch(wantStored(func(e *Event) { e.CacheSalt = "tenant-a" })),
+			want:    wantBatch(wantStored(func(e *Event) { e.CacheSalt, e.ExtraKeys = "tenant-a", true })),
 		},
 		{
 			name:    "vLLM salt after the LoRA name, which every block repeats",
 			payload: batch(vllmStored(kv(KeyLoRAName, str("l")), kv(KeyExtraKeys, arr(arr(str("l"), str("tenant-a")))))),
-			want:    wantBatch(wantStored(func(e *Event) { e.LoRAName, e.CacheSalt = "l", "tenant-a" })),
+			want:    wantBatch(wantStored(func(e *Event) { e.LoRAName, e.CacheSalt, e.ExtraKeys = "l", "tenant-a", true })),
 		},
 		{
 			name:    "vLLM extra keys of a LoRA block alone",
 			payload: batch(vllmStored(kv(KeyExtraKeys, arr(arr(str("l")))), kv(KeyLoRAName, str("l")))),
-			want:    wantBatch(wantStored(func(e *Event) { e.LoRAName = "l" })),
+			want:    wantBatch(wantStored(func(e *Event) { e.LoRAName, e.ExtraKeys = "l", true })),
 		},
 		{
 			name:    "vLLM extra key of a block under a parent: not a salt",
 			payload: batch(vllmStored(kv(KeyParent, u64(5)), kv(KeyExtraKeys, arr(arr(str("img-1")))))),
 			want: wantBatch(wantStored(func(e *Event) {
-				e.ParentHash, e.HasParent = 5, true
+				e.ParentHash, e.HasParent, e.ExtraKeys = 5, true, true
 				e.BlockExtra = []uint64{xxh3.Hash(str("img-1")) | 1}
 			})),
 		},
@@ -171,12 +172,13 @@ func TestDecode(t *testing.T) {
 			payload: batch(vllmStored(kv(KeyExtraKeys, arr(arr(str("img-1"), str("tenant-a")))))),
 			want: wantBatch(wantStored(func(e *Event) {
 				e.BlockExtra = []uint64{xxh3.Hash(cat([]mp{str("img-1"), str("tenant-a")})) | 1}
+				e.ExtraKeys = true
 			})),
 		},
 		{
 			name:    "vLLM extra keys all nil",
 			payload: batch(vllmStored(kv(KeyExtraKeys, arr(null)))),
-			want:    wantBatch(wantStored(nil)),
+			want:    wantBatch(wantStored(func(e *Event) { e.ExtraKeys = true })),
 		},
 		{
 			name: "SGLang map fields",
@@ -315,6 +317,9 @@ func TestDecodeArrayForms(t *testing.T) {
 		}
 		if n > 7 {
 			e.LoRAName = "adapter"
+		}
+		if n > 8 {
+			e.ExtraKeys = true
 		}
 		if n > 9 {
 			e.GroupIdx = 1

@@ -94,6 +94,14 @@ type Event struct {
 	// Placeholder marks CPU-offload events without token ids (token_ids=[]
 	// or block_size=0): they cannot be indexed by tokens.
 	Placeholder bool
+	// ExtraKeys: a vLLM store carried extra_keys (a list, even of nils), so
+	// a root store tells its cache salt, or that it has none. Without them
+	// a root's salt is not known.
+	ExtraKeys bool
+	// SaltUnknown is set downstream (ingest), never by the decoder: the
+	// store's cache salt cannot be known, so no request may match its
+	// blocks nor a hint name them (docs/wire.md §3.3).
+	SaltUnknown bool
 
 	// Stored and Removed.
 	Tier     Tier

@@ -105,6 +105,10 @@ func WriteRatios(w io.Writer, runs []NamedSummary, ref string) error {
 	return err
 }
 
+// Columns writes rows (the first a header) as aligned columns: the first
+// left, the others right.
+func Columns(w io.Writer, rows [][]string) error { return writeColumns(w, rows) }
+
 func writeColumns(w io.Writer, rows [][]string) error {
 	widths := make([]int, len(rows[0]))
 	for _, row := range rows {

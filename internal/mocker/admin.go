@@ -3,7 +3,9 @@
 package mocker
 
 import (
+	"bytes"
 	"net/http"
+	"time"
 )
 
 type modelList struct {
@@ -118,4 +120,39 @@ func (e *Engine) handleConfig(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, e.engineArgs())
+}
+
+// pullKnobs are the pull costs POST /admin/pull sets at run time.
+type pullKnobs struct {
+	SetupMS *float64 `json:"setup_ms"`
+}
+
+// handlePull reports (GET) or changes (POST {"setup_ms": N}) the simulated
+// fixed cost of a peer pull, --pull-setup-ms, so that a test can make a
+// fleet's pulls turn slow while it serves.
+func (e *Engine) handlePull(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		body, err := readBody(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var k pullKnobs
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := decodeBody(body, &k); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		if k.SetupMS != nil {
+			if *k.SetupMS < 0 || *k.SetupMS > 3.6e6 {
+				writeError(w, badRequest("setup_ms: %v is outside 0..3600000", *k.SetupMS))
+				return
+			}
+			e.pullSetupNS.Store(int64(*k.SetupMS * float64(time.Millisecond)))
+			e.log.Info("pull setup changed", "setup_ms", *k.SetupMS)
+		}
+	}
+	ms := float64(e.pullSetupNS.Load()) / float64(time.Millisecond)
+	writeJSON(w, http.StatusOK, pullKnobs{SetupMS: &ms})
 }

@@ -136,6 +136,18 @@ type Config struct {
 	// (chatml, qwen2, qwen2.5, qwen3, llama3, plain) or a Jinja file.
 	ChatTemplate string
 
+	// Role is the engine's part in disaggregated serving: RoleAggregated
+	// (""), RolePrefill or RoleDecode (see pd.go).
+	Role string
+	// BootstrapPort is an SGLang prefill engine's bootstrap server port
+	// (disaggregation_bootstrap_port); 0 is SGLang's default, 8998.
+	BootstrapPort int
+	// KVTransferTimeout bounds a disaggregated request's hand-over, in
+	// wall time (the network's, not the simulation's): how long a prefill
+	// engine keeps its blocks for the decode engine to pull, and how long a
+	// decode engine waits for them.
+	KVTransferTimeout time.Duration
+
 	Clock  Clock
 	Logger *slog.Logger
 }
@@ -182,6 +194,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReplayEndpoint == "" {
 		c.ReplayEndpoint = DefaultReplayEndpoint
+	}
+	if c.Role == "" {
+		c.Role = RoleAggregated
+	}
+	if c.Role == RolePrefill && c.Flavor == SGLang && c.BootstrapPort == 0 {
+		c.BootstrapPort = DefaultBootstrapPort
+	}
+	if c.KVTransferTimeout == 0 {
+		c.KVTransferTimeout = DefaultKVTransferTimeout
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
@@ -257,6 +278,20 @@ func (c *Config) validate() error {
 	}
 	if c.SnapshotEndpoint != "" && c.Flavor != SGLang {
 		return configErr("kv-events-snapshot-endpoint", "snapshot-v1 is SGLang's; vLLM serves no snapshot")
+	}
+	switch c.Role {
+	case RoleAggregated, RolePrefill, RoleDecode:
+	default:
+		return configErr("role", "%q is not a role; use %q, %q or %q", c.Role, RoleAggregated, RolePrefill, RoleDecode)
+	}
+	if c.BootstrapPort != 0 && (c.Role != RolePrefill || c.Flavor != SGLang) {
+		return configErr("bootstrap-port", "only an SGLang prefill engine (--flavor sglang --role prefill) runs a bootstrap server")
+	}
+	if c.BootstrapPort < 0 || c.BootstrapPort > 65535 {
+		return configErr("bootstrap-port", "%d is not a port", c.BootstrapPort)
+	}
+	if c.KVTransferTimeout < 0 {
+		return configErr("kv-transfer-timeout", "must not be negative, got %v", c.KVTransferTimeout)
 	}
 	if host := c.controlBindHost(); c.RunnerSecret == "" && !c.RunnerInsecure && !runner.LoopbackHost(host) {
 		if host == "" {

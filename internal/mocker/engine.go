@@ -31,8 +31,12 @@ type Engine struct {
 	vocab   *vocab
 	ranks   []*rank
 	metrics *metrics
+	pd      *disagg
 	nonce   string
 	reqSeq  atomic.Uint64
+	// pullSetupNS is Config.PullSetup, which POST /admin/pull changes at
+	// run time: a fleet whose pulls turn slow.
+	pullSetupNS atomic.Int64
 
 	ln     net.Listener
 	srv    *http.Server
@@ -56,6 +60,7 @@ func Start(cfg Config) (*Engine, error) {
 	_, _ = rand.Read(nonce[:])
 	e := &Engine{cfg: cfg, log: cfg.Logger, model: model, tok: model.Tok, nonce: hex.EncodeToString(nonce[:])}
 	e.vocab = newVocab(e.tok)
+	e.pullSetupNS.Store(int64(cfg.PullSetup))
 	if e.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("mocker: --listen %s: %w", cfg.Listen, err)
 	}
@@ -93,6 +98,10 @@ func Start(cfg Config) (*Engine, error) {
 	e.metrics = newMetrics(e)
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	e.pd = newDisagg(e, ctx)
+	if err := e.pd.start(); err != nil {
+		return nil, err
+	}
 	for _, r := range e.ranks {
 		e.wg.Add(1)
 		go func() {
@@ -115,7 +124,7 @@ func Start(cfg Config) (*Engine, error) {
 		}
 	}()
 	ok = true
-	e.log.Info("mocker serving", "flavor", cfg.Flavor, "http", e.ln.Addr().String(), "dp", cfg.DP, "tp", cfg.TP,
+	e.log.Info("mocker serving", "flavor", cfg.Flavor, "role", cfg.Role, "http", e.ln.Addr().String(), "dp", cfg.DP, "tp", cfg.TP,
 		"block_size", cfg.BlockSize, "control_port", cfg.ControlPort, "events", cfg.EventsEndpoint)
 	return e, nil
 }
@@ -257,6 +266,9 @@ func (e *Engine) shutdown() {
 			_ = e.srv.Close()
 		} else if e.ln != nil {
 			e.ln.Close()
+		}
+		if e.pd != nil {
+			e.pd.close()
 		}
 		for _, r := range e.ranks {
 			r.tier.close()

@@ -365,3 +365,41 @@ func TestEventsVLLMTP2FoldsShards(t *testing.T) {
 	rm := eventFilter{kind: kvevents.KindRemoved, tier: kvevents.TierHost, owner: kvevents.OwnedByRunner, topic: "kv"}
 	s.collectKeys(map[eventFilter][]uint64{rm: keys})
 }
+
+// TestEventsVLLMSaltedRunnerStores: the vLLM flavour's runner-owned stores
+// name a salted prefix's salt as its GPU stores do, in the extra keys of
+// the prefix's first block, so that a consumer can tell the runner's copy
+// of tenant A's prefix from an unsalted one.
+func TestEventsVLLMSaltedRunnerStores(t *testing.T) {
+	e := startEngine(t, func(c *Config) { c.Flavor = VLLM; c.HashSeed = "0" })
+	s := subscribe(t, e.EventEndpoint(0))
+	warm(t, e, s)
+	prompt := longPrompt(t, e, "salted-runner", 300)
+	keys := e.cfg.engineHashes(tokenize(t, e, prompt), "tenant-a", "")
+	body := peerBody(prompt, nil)
+	body["cache_salt"] = "tenant-a"
+	complete(t, e, body)
+	gpu := eventFilter{kind: kvevents.KindStored, tier: kvevents.TierDevice}
+	cpu := eventFilter{kind: kvevents.KindStored, tier: kvevents.TierHost, owner: kvevents.OwnedByRunner}
+	roots := 0
+	for _, r := range s.collectKeys(map[eventFilter][]uint64{gpu: keys, cpu: keys}) {
+		for _, ev := range r.batch.Events {
+			if ev.Kind != kvevents.KindStored {
+				continue
+			}
+			switch {
+			case !ev.ExtraKeys:
+				t.Fatalf("store without extra_keys: %+v", ev)
+			case !ev.HasParent && ev.CacheSalt != "tenant-a":
+				t.Fatalf("root store without its salt: %+v", ev)
+			case ev.HasParent && ev.CacheSalt != "":
+				t.Fatalf("salt on a store under a parent: %+v", ev)
+			case !ev.HasParent && ev.Ownership == kvevents.OwnedByRunner:
+				roots++
+			}
+		}
+	}
+	if roots == 0 {
+		t.Fatal("no runner-owned root store seen")
+	}
+}

@@ -30,8 +30,11 @@ func (e *Engine) Handler() http.Handler {
 	} else {
 		mux.HandleFunc("GET "+pathEngineArgs, e.handleConfig)
 	}
+	mux.HandleFunc("POST "+pathKVRelease, e.pd.handleRelease)
 	mux.HandleFunc("POST "+pathAdminEvict, e.handleEvict)
 	mux.HandleFunc("POST "+pathAdminReset, e.handleReset)
+	mux.HandleFunc("GET "+pathAdminPull, e.handlePull)
+	mux.HandleFunc("POST "+pathAdminPull, e.handlePull)
 	return mux
 }
 
@@ -83,6 +86,8 @@ type (
 		Model   string             `json:"model"`
 		Choices []completionChoice `json:"choices"`
 		Usage   *usage             `json:"usage,omitempty"`
+		// KVTransferParams is a vLLM prefill leg's answer to its decode leg.
+		KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 	}
 	completionChoice struct {
 		Index        int     `json:"index"`
@@ -97,6 +102,8 @@ type (
 		Model   string       `json:"model"`
 		Choices []chatChoice `json:"choices"`
 		Usage   *usage       `json:"usage,omitempty"`
+		// KVTransferParams is a vLLM prefill leg's answer to its decode leg.
+		KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 	}
 	chatChoice struct {
 		Index        int      `json:"index"`
@@ -125,8 +132,13 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	} else {
 		req, err = p.completion(body)
 	}
-	if err == nil && req.dpRank == nil {
-		req.dpRank, err = headerRank(r)
+	if err == nil {
+		// The router names the rank in headers; a client's body field must
+		// not override its choice.
+		var h *int
+		if h, err = headerRank(r, e.cfg.Flavor); h != nil {
+			req.dpRank = h
+		}
 	}
 	if err != nil {
 		writeError(w, err)
@@ -150,14 +162,21 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 }
 
-func headerRank(r *http.Request) (*int, error) {
-	h := r.Header.Get(headerDPRank)
+// headerRank reads the rank a router named: kvrouter's header, else (vLLM)
+// vLLM's own.
+func headerRank(r *http.Request, f Flavor) (*int, error) {
+	name := headerDPRank
+	h := r.Header.Get(name)
+	if h == "" && f == VLLM {
+		name = headerVLLMDPRank
+		h = r.Header.Get(name)
+	}
 	if h == "" {
 		return nil, nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(h))
 	if err != nil {
-		return nil, badRequest("header %s: %q is not a rank", headerDPRank, h)
+		return nil, badRequest("header %s: %q is not a rank", name, h)
 	}
 	return &n, nil
 }
@@ -191,18 +210,28 @@ func (o *output) whole(w http.ResponseWriter, r *http.Request) {
 	}
 	text := o.e.tok.Decode(toks)
 	u := o.j.usage(len(toks))
+	params := o.export()
 	finish := finishLength
 	if o.chat {
 		writeJSON(w, http.StatusOK, chatResponse{
-			ID: o.id, Object: objectChat, Created: o.created, Model: o.e.cfg.Model, Usage: &u,
+			ID: o.id, Object: objectChat, Created: o.created, Model: o.e.cfg.Model, Usage: &u, KVTransferParams: params,
 			Choices: []chatChoice{{Message: &chatOut{Role: roleAssistant, Content: &text}, FinishReason: &finish}},
 		})
 		return
 	}
 	writeJSON(w, http.StatusOK, completionResponse{
-		ID: o.id, Object: objectCompletion, Created: o.created, Model: o.e.cfg.Model, Usage: &u,
+		ID: o.id, Object: objectCompletion, Created: o.created, Model: o.e.cfg.Model, Usage: &u, KVTransferParams: params,
 		Choices: []completionChoice{{Text: text, FinishReason: &finish}},
 	})
+}
+
+// export keeps a prefill leg's blocks for its decode engine, once its
+// prefill is done, and returns what the answer carries to it (vLLM).
+func (o *output) export() json.RawMessage {
+	if o.j.kv == nil || !o.j.kv.export {
+		return nil
+	}
+	return o.e.exportParams(o.j, o.j.kv)
 }
 
 // stream answers with server-sent events, a chunk per token. A failed write
@@ -254,12 +283,17 @@ func (o *output) stream(w http.ResponseWriter, r *http.Request, includeUsage boo
 			break
 		}
 	}
+	params := o.export()
 	finish := finishLength
-	var last any = o.completionChunk("", &finish)
+	last := o.completionChunk("", &finish)
+	last.KVTransferParams = params
+	var lastChunk any = last
 	if o.chat {
-		last = o.chatChunk(&chatOut{}, &finish)
+		c := o.chatChunk(&chatOut{}, &finish)
+		c.KVTransferParams = params
+		lastChunk = c
 	}
-	if !send(last) {
+	if !send(lastChunk) {
 		return
 	}
 	if includeUsage {

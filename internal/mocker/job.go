@@ -19,7 +19,10 @@ type job struct {
 	seq    *Seq
 	rank   *rank
 	pull   pull
-	source string // the hint's source, set when a block came from it
+	source string    // the hint's or prefill's source, set when a block came from it
+	kv     *transfer // the request's part in a disaggregated hand-over
+	// report is what a hint's pull cost, set when it was attempted.
+	report *pullUsage
 
 	mu     sync.Mutex
 	toks   []uint32
@@ -95,10 +98,29 @@ type promptDetails struct {
 }
 
 type kvrUsage struct {
-	PeerRestoredTokens int     `json:"peer_restored_tokens"`
-	LocalCachedTokens  int     `json:"local_cached_tokens"`
-	SourceEndpoint     *string `json:"source_endpoint"`
-	DPRank             int     `json:"dp_rank"`
+	PeerRestoredTokens int        `json:"peer_restored_tokens"`
+	LocalCachedTokens  int        `json:"local_cached_tokens"`
+	SourceEndpoint     *string    `json:"source_endpoint"`
+	DPRank             int        `json:"dp_rank"`
+	Pull               *pullUsage `json:"pull,omitempty"`
+}
+
+// pullUsage is what a hint's pull cost (docs/wire.md §6.7): the blocks it
+// wanted beyond the rank's own prefix, those that came (a leading run), their
+// bytes across every TP shard, and the wall time from the pull's start to its
+// last block, setup included.
+type pullUsage struct {
+	SourceEndpoint string  `json:"source_endpoint"`
+	WantedBlocks   int     `json:"wanted_blocks"`
+	PulledBlocks   int     `json:"pulled_blocks"`
+	PulledTokens   int     `json:"pulled_tokens"`
+	Bytes          int64   `json:"bytes"`
+	Seconds        float64 `json:"seconds"`
+	Short          bool    `json:"short"`
+	// ForeignBlocks counts hinted blocks that are not in the request's own
+	// chain: a hint naming them is wrong (another tenant's, another
+	// prompt's), and they are never pulled.
+	ForeignBlocks int `json:"foreign_blocks"`
 }
 
 // usage is read once the sequence has finished prefill.
@@ -118,6 +140,7 @@ func (j *job) usage(completion int) usage {
 		src := j.source
 		u.KVRouter.SourceEndpoint = &src
 	}
+	u.KVRouter.Pull = j.report
 	return u
 }
 
@@ -129,6 +152,9 @@ type request struct {
 	lora      string // the LoRA adapter, "" for the base model
 	dpRank    *int
 	hint      []byte // raw hint JSON as found in the body, nil when none
+	// kv is the request's part in a disaggregated hand-over; nil for a
+	// whole request.
+	kv *transfer
 }
 
 // start places req on a rank, pulls what its hint names, and queues it.
@@ -148,11 +174,22 @@ func (e *Engine) start(ctx context.Context, req request) (*job, error) {
 		LoRA:      req.lora,
 		MaxTokens: req.maxTokens,
 	}
-	j := &job{seq: seq, rank: r, notify: make(chan struct{}, 1)}
+	j := &job{seq: seq, rank: r, notify: make(chan struct{}, 1), kv: req.kv}
 	r.cat.pin(seq, e.cfg.BlockSize)
-	if req.hint != nil {
+	seq.Export = req.kv != nil && req.kv.export
+	switch {
+	case req.kv != nil && !req.kv.export:
+		// A decode leg pulls from its prefill engine; a hint would name
+		// another source for the same blocks.
+		if err := e.receive(ctx, j, req.kv); err != nil {
+			r.mu.Lock()
+			j.end()
+			r.mu.Unlock()
+			return nil, err
+		}
+	case req.hint != nil:
 		e.applyHint(ctx, j, req.hint)
-	} else {
+	default:
 		e.metrics.hint(outcomeNone)
 	}
 	if err := r.submit(j); err != nil {
@@ -177,10 +214,29 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 	for _, w := range parsed.Warnings {
 		e.log.Debug("hint accepted with a warning", "request", j.seq.ID, "warning", w)
 	}
+	e.metrics.hint(e.pullPeer(ctx, j, parsed.Hint.Endpoint, parsed.Hint.BlockHashes))
+}
+
+// pullPeer pulls the named blocks beyond what j's rank holds itself (the
+// run of them that continues its prefix) from the peer runner at source,
+// and says how it went: local, restored, partial or failed. Whatever fails
+// is recomputed. What the pull cost is left in j.report for the answer's
+// usage.
+func (e *Engine) pullPeer(ctx context.Context, j *job, source string, keys []uint64) string {
 	r, seq := j.rank, j.seq
-	hinted := make(map[uint64]bool, len(parsed.Hint.BlockHashes))
-	for _, k := range parsed.Hint.BlockHashes {
+	hinted := make(map[uint64]bool, len(keys))
+	for _, k := range keys {
 		hinted[k] = true
+	}
+	own := make(map[uint64]bool, len(seq.Keys))
+	for _, k := range seq.Keys {
+		own[k] = true
+	}
+	foreign := 0
+	for k := range hinted {
+		if !own[k] {
+			foreign++
+		}
 	}
 	r.mu.Lock()
 	limit := r.sched.cacheable(seq)
@@ -194,48 +250,54 @@ func (e *Engine) applyHint(ctx context.Context, j *job, raw []byte) {
 		want = append(want, k)
 	}
 	if len(want) == 0 {
-		e.metrics.hint(outcomeLocal)
-		return
+		if foreign > 0 {
+			j.report = &pullUsage{SourceEndpoint: source, ForeignBlocks: foreign}
+		}
+		return outcomeLocal
 	}
 	// The histogram measures the pull as the request sees it: the
 	// simulated setup (wall time = simulated / Speedup) then the real
 	// transfer.
 	start := time.Now()
+	j.report = &pullUsage{SourceEndpoint: source, WantedBlocks: len(want), Short: true, ForeignBlocks: foreign}
 	if !e.pullSetup(ctx) {
 		// Cancelled during the setup: nothing pulled, all recomputed (if
 		// the request still runs at all).
-		e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
-		e.metrics.hint(outcomeFailed)
-		return
+		j.report.Seconds = time.Since(start).Seconds()
+		e.metrics.pullSeconds.Observe(j.report.Seconds)
+		return outcomeFailed
 	}
-	p := r.tier.fetch(ctx, seq.ID, parsed.Hint.Endpoint, want)
-	e.metrics.pullSeconds.Observe(time.Since(start).Seconds())
+	p := r.tier.fetch(ctx, seq.ID, source, want)
+	j.report.Seconds = time.Since(start).Seconds()
+	e.metrics.pullSeconds.Observe(j.report.Seconds)
+	j.report.PulledBlocks, j.report.Short = len(p.keys), len(p.keys) < len(want)
+	j.report.PulledTokens = len(p.keys) * e.cfg.BlockSize
+	j.report.Bytes = int64(len(p.keys)) * int64(e.cfg.blockBytes())
 	j.pull = p
 	if len(p.keys) > 0 {
-		j.source = parsed.Hint.Endpoint
+		j.source = source
 		seq.PeerKeys = make(map[uint64]bool, len(p.keys))
 		for _, k := range p.keys {
 			seq.PeerKeys[k] = true
 		}
 	}
-	switch {
-	case len(p.keys) == len(want):
-		e.metrics.hint(outcomeRestored)
-	case len(p.keys) > 0:
-		e.metrics.hint(outcomePartial)
-	default:
-		e.metrics.hint(outcomeFailed)
-	}
 	if p.err != nil {
 		e.log.Debug("peer pull incomplete; recomputing the rest", "request", seq.ID,
-			"source", parsed.Hint.Endpoint, "pulled", len(p.keys), "wanted", len(want), "err", p.err)
+			"source", source, "pulled", len(p.keys), "wanted", len(want), "err", p.err)
 	}
+	switch {
+	case len(p.keys) == len(want):
+		return outcomeRestored
+	case len(p.keys) > 0:
+		return outcomePartial
+	}
+	return outcomeFailed
 }
 
 // pullSetup waits out the simulated fixed cost of a peer pull on the
 // engine's clock; false when ctx ended first.
 func (e *Engine) pullSetup(ctx context.Context) bool {
-	d := time.Duration(float64(e.cfg.PullSetup) / e.cfg.Speedup)
+	d := time.Duration(float64(e.pullSetupNS.Load()) / e.cfg.Speedup)
 	if d <= 0 {
 		return true
 	}

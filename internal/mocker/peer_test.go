@@ -346,3 +346,62 @@ func TestPullSetupNegative(t *testing.T) {
 		t.Fatalf("Start with a negative pull setup: %v", err)
 	}
 }
+
+// TestPullReport: a hinted request's usage reports what its pull cost
+// (blocks wanted and pulled, bytes, wall time with the setup); POST
+// /admin/pull raises the setup at run time and the next pull reports it; a
+// hint naming blocks outside the request's chain reports them as foreign.
+func TestPullReport(t *testing.T) {
+	const speedup = 100
+	a := startEngine(t, func(c *Config) { c.Speedup = speedup })
+	b := startEngine(t, func(c *Config) { c.Speedup, c.PullSetup = speedup, 2*time.Second }) // 20 ms of wall time
+	for i, setupMS := range []float64{0, 30000} {                                            // the second: 300 ms of wall time
+		if setupMS > 0 {
+			var k pullKnobs
+			post(t, b.URL()+pathAdminPull, map[string]any{"setup_ms": setupMS}, &k)
+			if k.SetupMS == nil || *k.SetupMS != setupMS {
+				t.Fatalf("POST %s answered %v, want %v", pathAdminPull, k.SetupMS, setupMS)
+			}
+		}
+		prompt := longPrompt(t, a, "report"+itoa(i), 600)
+		tokens := tokenize(t, a, prompt)
+		complete(t, a, peerBody(prompt, nil))
+		got := complete(t, b, peerBody(prompt, sglangHint(t, a.ControlEndpoint(0), tokens, 64, "")))
+		p := got.Usage.KVRouter.Pull
+		blocks := len(tokens) / 64
+		if p == nil {
+			t.Fatalf("setup %v ms: no pull report", setupMS)
+		}
+		wantWall := 0.02
+		if setupMS > 0 {
+			wantWall = setupMS / 1e3 / speedup
+		}
+		switch {
+		case p.SourceEndpoint != a.ControlEndpoint(0) || p.WantedBlocks != blocks || p.PulledBlocks != blocks || p.Short:
+			t.Errorf("setup %v ms: report %+v, want %d blocks from %s", setupMS, *p, blocks, a.ControlEndpoint(0))
+		case p.PulledTokens != blocks*64 || p.Bytes != int64(blocks*64*DefaultKVBytesPerToken):
+			t.Errorf("setup %v ms: %d tokens, %d bytes", setupMS, p.PulledTokens, p.Bytes)
+		case p.Seconds < wantWall || p.Seconds > wantWall+2:
+			t.Errorf("setup %v ms: pull took %vs, want a little over %vs", setupMS, p.Seconds, wantWall)
+		case p.ForeignBlocks != 0:
+			t.Errorf("setup %v ms: %d foreign blocks", setupMS, p.ForeignBlocks)
+		}
+	}
+	prompt := longPrompt(t, a, "foreign", 600)
+	tokens := tokenize(t, a, prompt)
+	other := tokenize(t, a, longPrompt(t, a, "other", 600))
+	hint := envelopeFor(a.ControlEndpoint(0), append(hashesOf(t, b, tokens)[:2], hashesOf(t, b, other)[:3]...))
+	got := complete(t, b, peerBody(prompt, hint))
+	if p := got.Usage.KVRouter.Pull; p == nil || p.ForeignBlocks != 3 {
+		t.Fatalf("a hint with 3 blocks of another prompt reported %+v", p)
+	}
+	if code := post(t, b.URL()+pathAdminPull, map[string]any{"setup_ms": -1}, nil); code != http.StatusBadRequest {
+		t.Fatalf("a negative setup answered %d", code)
+	}
+}
+
+// hashesOf is e's engine block hashes of tokens, unsalted.
+func hashesOf(t testing.TB, e *Engine, tokens []uint32) []uint64 {
+	t.Helper()
+	return e.cfg.engineHashes(tokens, "", "")
+}

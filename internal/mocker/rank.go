@@ -59,7 +59,7 @@ func newRank(id int, cfg *Config, v *vocab) *rank {
 	sc := schedConfig{
 		BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens,
 		PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken, RestorePerToken: cfg.RestorePerToken,
-		ModelSeed: cfg.ModelSeed,
+		ModelSeed: cfg.ModelSeed, NoPrefixCache: cfg.Flavor == SGLang && cfg.Role == RoleDecode,
 	}
 	r.sched = newScheduler(sc, cfg.GPUBlocks, cfg.blockBytes(), r.tier, v)
 	return r
@@ -268,17 +268,20 @@ func (r *rank) sink(t int) runner.Sink {
 }
 
 // runnerStores builds BlockStored events for keys a shard stored,
-// coalescing chained blocks as the engines do.
+// coalescing chained blocks as the engines do. They carry the cache salt as
+// the flavour's GPU stores do: SGLang's on every store, vLLM's in the extra
+// keys of a prefix's first block only.
 func (r *rank) runnerStores(t int, keys []uint64) []kvevents.Event {
 	metas, ok := r.cat.stored(t, keys)
 	var evs []kvevents.Event
+	var salts []string // by event: the salt of its blocks
 	for i, k := range keys {
 		if !ok[i] {
 			r.log.Warn("runner stored a block the engine cannot describe; not reported", "tp_rank", t, "key", k)
 			continue
 		}
 		m := metas[i]
-		if n := len(evs); n > 0 && m.hasParent && i > 0 && m.parent == keys[i-1] && ok[i-1] && evs[n-1].CacheSalt == m.salt && evs[n-1].LoRAName == m.lora {
+		if n := len(evs); n > 0 && m.hasParent && i > 0 && m.parent == keys[i-1] && ok[i-1] && salts[n-1] == m.salt && evs[n-1].LoRAName == m.lora {
 			evs[n-1].BlockHashes = append(evs[n-1].BlockHashes, k)
 			evs[n-1].TokenIDs = append(evs[n-1].TokenIDs, m.tokens...)
 			continue
@@ -291,12 +294,13 @@ func (r *rank) runnerStores(t int, keys []uint64) []kvevents.Event {
 			TokenIDs:    append([]uint32(nil), m.tokens...),
 			BlockSize:   r.cfg.BlockSize,
 		}
-		if r.cfg.Flavor == SGLang {
+		if r.cfg.Flavor == SGLang || !m.hasParent {
 			ev.CacheSalt = m.salt
 		}
 		ev.LoRAName = m.lora
 		r.cfg.dressLoRA(&ev)
 		evs = append(evs, ev)
+		salts = append(salts, m.salt)
 	}
 	return evs
 }

@@ -40,8 +40,14 @@ type commonBody struct {
 	DPRank           *int `json:"dp_rank"`
 	DataParallelRank *int `json:"data_parallel_rank"`
 	// An object or null, as vLLM requires; the hint in it, or at the top
-	// level for SGLang, is read by hints.Extract.
-	KVTransferParams *struct{} `json:"kv_transfer_params"`
+	// level for SGLang, is read by hints.Extract. Its transfer members say
+	// which leg of a disaggregated request this is (vLLM).
+	KVTransferParams *kvTransferParams `json:"kv_transfer_params"`
+	// SGLang's disaggregation: the prefill engine's bootstrap server and
+	// the request's room there.
+	BootstrapHost *string `json:"bootstrap_host"`
+	BootstrapPort *int    `json:"bootstrap_port"`
+	BootstrapRoom *uint64 `json:"bootstrap_room"`
 }
 
 type completionBody struct {
@@ -141,10 +147,19 @@ func (p *parser) finish(body []byte, b *commonBody, tokens []uint32, maxTokens *
 	out.tokens = tokens
 	out.salt = b.CacheSalt
 	out.dpRank = b.DPRank
-	if out.dpRank == nil {
+	if out.dpRank == nil || (p.cfg.Flavor == SGLang && b.DataParallelRank != nil) {
+		// SGLang's own field (the router writes it) before ours.
 		out.dpRank = b.DataParallelRank
 	}
 	out.hint = p.hint(body)
+	if out.kv, err = p.transfer(b); err != nil {
+		return out, err
+	}
+	if out.kv != nil && out.kv.export && p.cfg.Flavor == SGLang {
+		// An SGLang prefill engine stops after the first token: the decode
+		// engine generates the rest.
+		out.maxTokens = 1
+	}
 	return out, nil
 }
 

@@ -35,6 +35,11 @@ type schedConfig struct {
 	DecodePerToken   time.Duration
 	RestorePerToken  time.Duration
 	ModelSeed        uint64
+	// NoPrefixCache keeps computed blocks private to their sequence (SGLang
+	// decode servers run without a radix cache by default): nothing is
+	// found, cached or reported on the GPU, though the lower tier still
+	// gets every computed block.
+	NoPrefixCache bool
 }
 
 type seqState uint8
@@ -58,6 +63,9 @@ type Seq struct {
 	// PeerKeys are blocks this request pulled from a peer into the local
 	// runner: restoring one of them counts as peer-restored.
 	PeerKeys map[uint64]bool
+	// Export: a prefill leg, whose every full block must be in the lower
+	// tier when its prefill ends, for a decode engine to pull.
+	Export bool
 
 	// Set by the scheduler.
 	Output       []uint32 // every output token, fixed when prefill ends
@@ -295,6 +303,15 @@ func (s *scheduler) prefill(seq *Seq, budget int, res *StepResult) int {
 	}
 	s.flush(&run)
 	if seq.computed == len(seq.Tokens) {
+		if seq.Export && s.lower != nil {
+			// Blocks found in the GPU cache may have left the lower tier
+			// since they were computed: the decode engine pulls from it.
+			for b, k := range seq.Keys {
+				if !s.lower.Holds(k) {
+					s.lower.Store(k, s.pool.bytes(seq.blocks[b]))
+				}
+			}
+		}
 		d := newDigest()
 		for b := range seq.Keys {
 			d.block(s.pool.bytes(seq.blocks[b]))
@@ -339,6 +356,13 @@ func newRun(seq *Seq, at int) storeRun { return storeRun{seq: seq, start: at, en
 func (s *scheduler) cache(run *storeRun, b int, computed bool) {
 	seq := run.seq
 	id, key := seq.blocks[b], seq.Keys[b]
+	if s.cfg.NoPrefixCache {
+		if computed && s.lower != nil {
+			s.lower.Store(key, s.pool.bytes(id))
+		}
+		run.start, run.end = b+1, b+1
+		return
+	}
 	if !s.pool.register(id, key) {
 		// Another sequence cached the same block meanwhile: this copy stays
 		// private and breaks the run.

@@ -58,7 +58,11 @@ func (e *Engine) serverInfo() map[string]any {
 		workerconfig.KVCROperationTimeoutMS: runner.DefaultOperationTimeout.Milliseconds(),
 		workerconfig.KVCRAbandonTimeoutMS:   runner.DefaultAbandonTimeout.Milliseconds(),
 	}
-	return map[string]any{
+	mode := any(sglDisaggNull)
+	if c.Role != RoleAggregated {
+		mode = c.Role
+	}
+	info := map[string]any{
 		workerconfig.SGLangModelPath:          c.Model,
 		workerconfig.SGLangServedModelName:    c.Model,
 		workerconfig.SGLangPageSize:           c.BlockSize,
@@ -70,7 +74,7 @@ func (e *Engine) serverInfo() map[string]any {
 		workerconfig.SGLangNNodes:             1,
 		workerconfig.SGLangNodeRank:           0,
 		workerconfig.SGLangTokenizerWorkerNum: 1,
-		workerconfig.SGLangDisaggregationMode: sglDisaggNull,
+		workerconfig.SGLangDisaggregationMode: mode,
 		workerconfig.SGLangEnableLinker:       true,
 		workerconfig.SGLangLinkerBackend:      kvcrBackend,
 		workerconfig.SGLangHiCacheBackend:     nil,
@@ -85,7 +89,15 @@ func (e *Engine) serverInfo() map[string]any {
 		sglRandomSeed:                         c.ModelSeed,
 		sglStatus:                             sglStatusReady,
 		sglVersion:                            "kvrouter-mocker",
+		sglDecodeRadixCache:                   false,
 	}
+	if c.Role == RolePrefill {
+		info[workerconfig.SGLangBootstrapPort] = c.BootstrapPort
+		if a := e.BootstrapAddr(); a != nil {
+			info[workerconfig.SGLangBootstrapPort] = a.(*net.TCPAddr).Port
+		}
+	}
+	return info
 }
 
 // engineArgs is the engine's configuration as vLLM engine arguments with
@@ -99,6 +111,13 @@ func (e *Engine) engineArgs() map[string]any {
 	}
 	ev := e.eventsConfig()
 	ev[workerconfig.EventsEnable] = true
+	role, kvRole := vlWorkerAgg, vlKVRoleBoth
+	switch c.Role {
+	case RolePrefill:
+		role, kvRole = RolePrefill, kvRoleProducer
+	case RoleDecode:
+		role, kvRole = RoleDecode, kvRoleConsumer
+	}
 	return map[string]any{
 		workerconfig.VLLMModel:           c.Model,
 		workerconfig.VLLMServedModelName: c.Model,
@@ -115,11 +134,11 @@ func (e *Engine) engineArgs() map[string]any {
 		vlSeed:                           c.ModelSeed,
 		workerconfig.VLLMHost:            e.httpHost(),
 		workerconfig.VLLMPort:            e.httpPort(),
-		workerconfig.VLLMWorkerType:      vlWorkerAgg,
+		workerconfig.VLLMWorkerType:      role,
 		workerconfig.VLLMKVEventsConfig:  ev,
 		workerconfig.VLLMKVTransferConfig: map[string]any{
 			vlKVConnector: vlKVConnectorKVCR,
-			vlKVRole:      vlKVRoleBoth,
+			vlKVRole:      kvRole,
 			workerconfig.VLLMConnectorExtra: map[string]any{
 				workerconfig.VLLMSecondaryTiers: []any{map[string]any{
 					vlTierName:                 kvcrBackend,

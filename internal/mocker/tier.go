@@ -59,6 +59,23 @@ func (s *shards) Store(key uint64, block []byte) {
 	}
 }
 
+// claim pins key on every shard; false, with nothing pinned, when a shard
+// lacks it.
+func (s *shards) claim(key uint64) ([]*runner.Claim, bool) {
+	cs := make([]*runner.Claim, 0, len(s.runners))
+	for _, r := range s.runners {
+		c, err := r.Read(key)
+		if err != nil {
+			for _, c := range cs {
+				c.Release()
+			}
+			return nil, false
+		}
+		cs = append(cs, c)
+	}
+	return cs, true
+}
+
 // evict removes keys from every shard (all blocks when keys is nil) and
 // returns the most any shard removed.
 func (s *shards) evict(keys []uint64) int {

@@ -18,7 +18,9 @@ const (
 	pathEngineArgs    = "/kvrouter/engine_args" // vLLM flavour
 	pathAdminEvict    = "/admin/evict"
 	pathAdminReset    = "/admin/reset"
+	pathAdminPull     = "/admin/pull"
 	headerDPRank      = "X-Kvrouter-Dp-Rank"
+	headerVLLMDPRank  = "X-Data-Parallel-Rank" // vLLM's, engine-local
 	headerContentType = "Content-Type"
 	contentJSON       = "application/json"
 	contentSSE        = "text/event-stream"
@@ -71,6 +73,8 @@ const (
 	sglVersion        = "version"
 	sglDisaggNull     = "null"
 	sglStatusReady    = "ready"
+	// SGLang decode servers run without a radix cache unless told.
+	sglDecodeRadixCache = "disaggregation_decode_enable_radix_cache"
 
 	kvcrBackend = "kvcr"
 )

@@ -26,10 +26,9 @@ import (
 // to see their caches empty: a safety net, not a timing assertion.
 const resetWait = 60 * time.Second
 
-// Run starts the cluster, calibrates the hint cost model, runs the
-// workload once per policy from identical cold caches, prints the report
-// (and writes the plot), and stops every process it started, also when
-// ctx is cancelled.
+// Run starts the cluster, runs the workload once per policy and repeat
+// from identical cold caches, prints the report (and writes the plot), and
+// stops every process it started, also when ctx is cancelled.
 func Run(ctx context.Context, o Options) (Result, error) {
 	o.fill()
 	if err := o.check(); err != nil {
@@ -42,7 +41,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	res := Result{Config: o.config(wcfg, reqs)}
 	res.Config.LoadAvgStart = loadAvg()
-	fmt.Fprintf(o.Err, "starting %d engines (with their state agents) and a calibration router...\n", o.Engines)
+	fmt.Fprintf(o.Err, "starting %d engines with their state agents...\n", o.Engines)
 	start := time.Now()
 	c, err := cluster.Start(ctx, o.clusterOptions())
 	if err != nil {
@@ -50,7 +49,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	res.Config.LogDir = c.LogDir()
 	fmt.Fprintf(o.Err, "cluster ready in %.1fs; logs in %s\n", time.Since(start).Seconds(), c.LogDir())
-	err = runAll(ctx, &o, c, policies, reqs, &res)
+	err = runAll(ctx, &o, c, policies, &res)
 	fmt.Fprintln(o.Err, "stopping the cluster...")
 	if serr := c.Stop(); serr != nil {
 		return res, errors.Join(err, serr)
@@ -66,48 +65,70 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	return res, o.print(&res)
 }
 
-// runAll calibrates, then runs every policy.
-func runAll(ctx context.Context, o *Options, c *cluster.Cluster, policies []Policy, reqs []workload.Request, res *Result) error {
+// runAll runs every policy once per repeat, each repeat on its own seed
+// and in its own rotation of the policies, so that a drift in the host's
+// load does not always hit the same policy.
+func runAll(ctx context.Context, o *Options, c *cluster.Cluster, policies []Policy, res *Result) error {
 	engines := c.Engines()
-	calRouter := c.Routers()[0]
-	cal, err := calibrate(ctx, o, calRouter, engines)
-	if err != nil {
-		return err
-	}
-	res.Config.Calibration = cal
-	fmt.Fprintln(o.Err, cal.summary())
-	if err := c.StopRouter(calRouter); err != nil {
-		return fmt.Errorf("stopping the calibration router: %w", err)
+	for _, r := range c.Routers() {
+		if err := c.StopRouter(r); err != nil {
+			return fmt.Errorf("stopping the start-up router: %w", err)
+		}
 	}
 	if err := resetEngines(ctx, engines); err != nil {
 		return err
 	}
-	var runs []loadgen.NamedSummary
-	for _, p := range policies {
-		run, pr, err := runPolicy(ctx, o, c, p, cal, reqs)
+	for rep := range o.Repeats {
+		ro := *o
+		ro.Agentic.Seed = o.Agentic.Seed + uint64(rep)
+		reqs, _, err := ro.requests()
 		if err != nil {
-			return fmt.Errorf("policy %s: %w", p.Name, err)
-		}
-		runs = append(runs, run)
-		res.Config.Policies[p.Name] = pr
-		res.Config.Order = append(res.Config.Order, p.Name)
-		fmt.Fprintf(o.Err, "%s: %d requests in %.1fs, %d errors, TTFT p50 %.1f ms p90 %.1f ms, %d recomputed tokens, %d hints\n",
-			p.Name, run.Requests, pr.WallMS/1e3, run.Errors, run.TTFTP50, run.TTFTP90, run.RecomputedTokens, run.HintsIssued)
-		if err := resetEngines(ctx, engines); err != nil {
 			return err
 		}
+		run := RepeatRun{Seed: ro.Agentic.Seed, Policies: map[string]loadgen.NamedSummary{}, Details: map[string]PolicyRun{}}
+		if o.Workload == WorkloadMooncake {
+			run.Seed = uint64(rep + 1) // the trace is the same every time
+		}
+		for i := range policies {
+			p := policies[(i+rep)%len(policies)]
+			label := p.Name
+			if o.Repeats > 1 {
+				label = fmt.Sprintf("%s (seed %d)", p.Name, run.Seed)
+			}
+			sum, pr, err := runPolicy(ctx, &ro, c, p, reqs, label, recordsName(p.Name, run.Seed, o.Repeats))
+			if err != nil {
+				return fmt.Errorf("policy %s, seed %d: %w", p.Name, run.Seed, err)
+			}
+			run.Policies[p.Name] = sum
+			run.Details[p.Name] = pr
+			run.Order = append(run.Order, p.Name)
+			fmt.Fprintf(o.Err, "%s: %d requests in %.1fs, %d errors, TTFT p50 %.1f ms p90 %.1f ms, %d recomputed tokens, %d hints; load %s\n",
+				label, sum.Requests, pr.WallMS/1e3, sum.Errors, sum.TTFTP50, sum.TTFTP90, sum.RecomputedTokens, sum.HintsIssued, pr.LoadAvg)
+			if err := resetEngines(ctx, engines); err != nil {
+				return err
+			}
+		}
+		run.finish(policies)
+		res.Runs = append(res.Runs, run)
 	}
-	res.Report = loadgen.NewReport(o.Workload, runs, Reference)
-	res.runs = runs
+	res.finish(o.Workload, policies)
 	res.Config.LoadAvgEnd = loadAvg()
 	return nil
 }
 
+// recordsName is the --records file of a policy's run.
+func recordsName(policy string, seed uint64, repeats int) string {
+	if repeats > 1 {
+		return fmt.Sprintf("%s-seed%d.jsonl", policy, seed)
+	}
+	return policy + ".jsonl"
+}
+
 // runPolicy starts the policy's router on the reset engines, waits until
 // it sees their caches empty, sends the workload through it and reads its
-// hint counters.
-func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, cal Calibration, reqs []workload.Request) (loadgen.NamedSummary, PolicyRun, error) {
-	flags := append(slices.Clone(p.Flags), cal.RouterFlags()...)
+// hint counters and, for a hinting policy, what it learned.
+func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, reqs []workload.Request, label, records string) (loadgen.NamedSummary, PolicyRun, error) {
+	flags := append(slices.Clone(p.Flags), o.hintFlags()...)
 	r, err := c.AddRouter(ctx, flags)
 	if err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
@@ -125,15 +146,15 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, ca
 	if err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
-	fmt.Fprintf(o.Err, "%s: sending %d requests through %s\n", p.Name, len(reqs), r.URL)
+	fmt.Fprintf(o.Err, "%s: sending %d requests through %s\n", label, len(reqs), r.URL)
 	d := loadgen.Driver{BaseURL: r.URL, Model: cluster.Model, IgnoreEOS: true}
-	bar := loadgen.Progress(prefixCR{o.Err, p.Name + " "}, len(reqs), o.TTY, nil)
+	bar := loadgen.Progress(prefixCR{o.Err, label + " "}, len(reqs), o.TTY, nil)
 	out, err := d.Run(ctx, reqs, bar)
 	if err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
 	if o.Records != "" {
-		if err := writeRecords(filepath.Join(o.Records, p.Name+".jsonl"), out); err != nil {
+		if err := writeRecords(filepath.Join(o.Records, records), out); err != nil {
 			return loadgen.NamedSummary{}, PolicyRun{}, err
 		}
 	}
@@ -147,16 +168,21 @@ func runPolicy(ctx context.Context, o *Options, c *cluster.Cluster, p Policy, ca
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
 	pr := PolicyRun{Flags: flags, WallMS: ms(out.Wall), HintReasons: h.reasons, FirstError: firstError(out),
-		Pulls: int(pulls1.count - pulls0.count), PullsFailed: int(failed1 - failed0)}
+		Pulls: int(pulls1.count - pulls0.count), PullsFailed: int(failed1 - failed0), LoadAvg: loadAvg()}
 	if pr.Pulls > 0 {
 		pr.PullMSMean = (pulls1.seconds - pulls0.seconds) * 1e3 / float64(pr.Pulls)
+	}
+	if slices.Contains(flags, "cost") {
+		if pr.Learned, err = learned(ctx, r.Admin); err != nil {
+			return loadgen.NamedSummary{}, PolicyRun{}, fmt.Errorf("router estimates: %w", err)
+		}
 	}
 	stopped = true
 	if err := c.StopRouter(r); err != nil {
 		return loadgen.NamedSummary{}, PolicyRun{}, err
 	}
-	run := loadgen.NamedSummary{Name: p.Name, Summary: out.Summary(), HintsIssued: h.issued, HintsSkipped: h.skipped}
-	return run, pr, nil
+	sum := loadgen.NamedSummary{Name: p.Name, Summary: out.Summary(), HintsIssued: h.issued, HintsSkipped: h.skipped}
+	return sum, pr, nil
 }
 
 func firstError(r loadgen.Results) string {

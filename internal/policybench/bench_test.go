@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"kvrouter/internal/cluster"
 	"kvrouter/internal/cluster/clustertest"
 	"kvrouter/internal/workload"
 )
@@ -37,7 +36,7 @@ func tiny(t *testing.T, policies ...string) Options {
 		Binary: clustertest.Binary(t), Engines: 2, GPUBlocks: 64, RunnerBlocks: 256, KVBytesPerToken: 4 << 10,
 		// No simulated pull setup: the prompts are far shorter than the
 		// preset's crossover, and these tests want pulls.
-		PullSetup: -1, Speedup: 10, ProbeRepeats: 1,
+		PullSetup: -1, Speedup: 10,
 		Agentic: workload.AgenticConfig{
 			Sessions: 4, Turns: 2, SystemPrompts: 1, SystemTokensMin: 512, SystemTokensMax: 768,
 			UserTokens: 64, OutputTokens: 4, ThinkTime: 50 * time.Millisecond,
@@ -76,15 +75,10 @@ func TestTinyRun(t *testing.T) {
 		Policies map[string]map[string]json.RawMessage `json:"policies"`
 		Ratios   map[string]float64                    `json:"ratios"`
 		Config   struct {
-			Requests    int      `json:"requests"`
-			Order       []string `json:"order"`
-			Calibration struct {
-				Measured          bool     `json:"measured"`
-				Probes            []Probe  `json:"probes"`
-				HintBandwidthGbps float64  `json:"hint_bandwidth_gbps"`
-				CrossoverTokens   *float64 `json:"crossover_tokens"`
-			} `json:"calibration"`
-			Policies map[string]PolicyRun `json:"policies"`
+			Requests  int                  `json:"requests"`
+			Order     []string             `json:"order"`
+			HintFlags []string             `json:"hint_flags"`
+			Policies  map[string]PolicyRun `json:"policies"`
 		} `json:"config"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
@@ -155,9 +149,9 @@ func TestTinyRun(t *testing.T) {
 	if _, ok := report.Ratios["kv_hints_ttft_p90_vs_kv"]; !ok || len(report.Ratios) != 1 {
 		t.Fatalf("ratios %v, want kv_hints_ttft_p90_vs_kv alone", report.Ratios)
 	}
-	cal := report.Config.Calibration
-	if !cal.Measured || len(cal.Probes) != len(probeSizes(o.GPUBlocks)) || cal.HintBandwidthGbps <= 0 {
-		t.Fatalf("calibration %+v", cal)
+	// No hint flag: the router learned what it hinted on, and says so.
+	if len(report.Config.HintFlags) != 0 || len(kvh.Learned) == 0 {
+		t.Fatalf("kv_hints: hint flags %q, learned %s", report.Config.HintFlags, kvh.Learned)
 	}
 	svg, err := os.ReadFile(o.Plot)
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("kv_hints")) {
@@ -190,7 +184,7 @@ func TestTinyRun(t *testing.T) {
 	if _, ok := res.Report.Policies["kv"]; !ok {
 		t.Fatalf("Run's result lacks kv")
 	}
-	for _, s := range []string{"kv_hints ttft p90 vs kv:", "\nkv ", "\nkv_hints ", "calibration (measured over"} {
+	for _, s := range []string{"kv_hints ttft p90 vs kv:", "\nkv ", "\nkv_hints ", "kv_hints (seed 3) learned: fleet pull"} {
 		if !strings.Contains(table.String(), s) {
 			t.Fatalf("table lacks %q:\n%s", s, table.String())
 		}
@@ -254,65 +248,4 @@ func assertNoChildren(t *testing.T) {
 func withVocab(w workload.AgenticConfig) workload.AgenticConfig {
 	w.Vocab = demoVocab
 	return w
-}
-
-// TestCalibrationMeasuresPullSetup: with a simulated pull setup every
-// probe pull takes at least the setup, and the calibration's line
-// through them recovers it as the intercept (loopback adds a little).
-func TestCalibrationMeasuresPullSetup(t *testing.T) {
-	o := tiny(t)
-	ctx, _ := testCtx(t)
-	o.PullSetup = 400 * time.Millisecond // 40 ms of wall time at speedup 10
-	o.ProbeRepeats = 3                   // medians of three vote an outlier down
-	o.fill()
-	if err := o.check(); err != nil {
-		t.Fatal(err)
-	}
-	if got := o.engineFlags(); !slices.Contains(got, "--pull-setup-ms") || got[slices.Index(got, "--pull-setup-ms")+1] != "400" {
-		t.Fatalf("engine flags %q, want --pull-setup-ms 400", got)
-	}
-	c, err := cluster.Start(ctx, o.clusterOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop() })
-	cal, err := calibrate(ctx, &o, c.Routers()[0], c.Engines())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const wall = 40.0
-	for _, p := range cal.Probes {
-		if p.PullMS < wall {
-			t.Errorf("a pull of %d blocks took %.1f ms, less than the setup %v ms", p.Blocks, p.PullMS, wall)
-		}
-	}
-	// Bounds against noise on a shared machine, not a timing target.
-	if !cal.Measured || cal.PullSetupMS < 0.8*wall || cal.PullSetupMS > 1.5*wall+10 {
-		t.Fatalf("measured setup %.1f ms, want about %v ms; probes %+v", cal.PullSetupMS, wall, cal.Probes)
-	}
-	if cal.HintSetupMS != cal.PullSetupMS {
-		t.Fatalf("calibration %+v", cal)
-	}
-}
-
-// TestGivenBandwidthTakesTheSimulatedSetup: with --hint-bandwidth-gbps and
-// no --hint-setup-ms the router is told the engines' setup in wall time.
-func TestGivenBandwidthTakesTheSimulatedSetup(t *testing.T) {
-	o := Full()
-	o.Speedup, o.HintBandwidthGbps = 2, 8
-	c, err := calibrate(context.Background(), &o, cluster.Router{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := ms(DefaultPullSetup) / 2; c.HintSetupMS != want || c.Measured {
-		t.Fatalf("hint setup %v ms (measured %v), want %v", c.HintSetupMS, c.Measured, want)
-	}
-	o.HintSetup = 3 * time.Millisecond
-	if c, _ := calibrate(context.Background(), &o, cluster.Router{}, nil); c.HintSetupMS != 3 {
-		t.Fatalf("given --hint-setup-ms 3: %v", c.HintSetupMS)
-	}
-	o.HintSetup, o.PullSetup = 0, -1
-	if c, _ := calibrate(context.Background(), &o, cluster.Router{}, nil); c.HintSetupMS != 0 {
-		t.Fatalf("no simulated setup: %v", c.HintSetupMS)
-	}
 }

@@ -19,7 +19,8 @@ import (
 var ErrOptions = errors.New("policybench: bad options")
 
 // Policy is one router configuration under test. The policies differ only
-// in these flags; the cost-policy calibration flags are the same for all.
+// in these flags (and the cost policy's fixed figures, if any are given,
+// are the same for all).
 type Policy struct {
 	Name  string   `json:"-"`
 	Flags []string `json:"flags"`
@@ -70,12 +71,14 @@ type Options struct {
 	PullSetup time.Duration
 	Speedup   float64
 
-	// HintBandwidthGbps and HintSetup, when set, replace the pull rate and
-	// fixed cost that probe pulls would measure.
+	// HintBandwidthGbps and HintSetup, when set, fix the pull rate and
+	// fixed cost the routers would otherwise learn (serve's flags of the
+	// same names).
 	HintBandwidthGbps float64
 	HintSetup         time.Duration
-	// ProbeRepeats is how many pulls of each probe size are measured.
-	ProbeRepeats int
+	// Repeats runs every policy this many times, on seeds Agentic.Seed,
+	// Agentic.Seed+1, ...; the report takes the medians.
+	Repeats int
 
 	Workload string
 	Agentic  workload.AgenticConfig
@@ -121,21 +124,19 @@ func Full() Options {
 		GPUBlocks: 768, RunnerBlocks: 1664,
 		PrefillPerToken: 75 * time.Microsecond, DecodePerToken: 10 * time.Millisecond,
 		RestorePerToken: 5 * time.Microsecond, PullSetup: DefaultPullSetup, Speedup: 1,
-		ProbeRepeats: 3,
-		Workload:     WorkloadAgentic,
-		Agentic:      fullAgentic(),
-		TimeScale:    1,
+		Repeats:   1,
+		Workload:  WorkloadAgentic,
+		Agentic:   fullAgentic(),
+		TimeScale: 1,
 	}
 }
 
 // Quick is Full scaled down to finish in under a minute: the same
-// engines at twice the speed, fewer sessions arriving twice as fast, a slice of a trace replayed twice as fast, one probe pull per
-// size.
+// engines at twice the speed, fewer sessions arriving twice as fast, a slice of a trace replayed twice as fast.
 func Quick() Options {
 	o := Full()
 	o.Quick = true
 	o.Speedup = 2
-	o.ProbeRepeats = 1
 	o.Agentic = quickAgentic()
 	o.MaxRequests = 100
 	o.TimeScale = 2
@@ -194,7 +195,7 @@ func (o *Options) fill() {
 	setInt(&o.KVBytesPerToken, p.KVBytesPerToken)
 	setInt(&o.GPUBlocks, p.GPUBlocks)
 	setInt(&o.RunnerBlocks, p.RunnerBlocks)
-	setInt(&o.ProbeRepeats, p.ProbeRepeats)
+	setInt(&o.Repeats, p.Repeats)
 	setInt(&o.MaxRequests, p.MaxRequests)
 	setDur(&o.PrefillPerToken, p.PrefillPerToken)
 	setDur(&o.DecodePerToken, p.DecodePerToken)
@@ -271,8 +272,8 @@ func (o *Options) check() error {
 		return bad("--speedup", "%v, want a positive factor", o.Speedup)
 	case o.HintBandwidthGbps < 0 || o.HintSetup < 0:
 		return bad("--hint-bandwidth-gbps and --hint-setup-ms", "must not be negative")
-	case o.ProbeRepeats < 1:
-		return bad("--probe-repeats", "%d, want at least 1", o.ProbeRepeats)
+	case o.Repeats < 1:
+		return bad("--repeats", "%d, want at least 1", o.Repeats)
 	case o.Workload != WorkloadAgentic && o.Workload != WorkloadMooncake:
 		return bad("--workload", "%q, want %s or %s", o.Workload, WorkloadAgentic, WorkloadMooncake)
 	case o.Trace != "" && o.Workload != WorkloadMooncake:

@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,21 +23,57 @@ import (
 // Result is the benchmark's report, the JSON of --json:
 //
 //	{"workload": "agentic", "policies": {"round_robin": {...}, ...},
-//	 "ratios": {"kv_hints_ttft_p90_vs_kv": 0.6, ...}, "config": {...}}
+//	 "ratios": {"kv_hints_ttft_p90_vs_kv": 0.6, ...},
+//	 "comparisons": {"kv_hints_ttft_p90_vs_kv": {...}, ...},
+//	 "runs": [{"seed": 1, "policies": {...}, ...}, ...], "config": {...}}
+//
+// With --repeats N every figure under "policies" is the median over the N
+// runs, and "ratios" compare those medians; "runs" holds each repeat's own
+// figures.
 type Result struct {
 	loadgen.Report
-	Config Config `json:"config"`
-	// runs are the policies' figures in the order they ran.
+	// Comparisons weigh each ratio against the runs' spread.
+	Comparisons map[string]Comparison `json:"comparisons"`
+	Runs        []RepeatRun           `json:"runs"`
+	Config      Config                `json:"config"`
+	// runs are the medians, in the canonical order, with every repeat's
+	// TTFTs pooled for the plot.
 	runs []loadgen.NamedSummary
 }
 
-// Runs are the policies' figures in the order they ran.
-func (r Result) Runs() []loadgen.NamedSummary { return r.runs }
+// Medians are the policies' figures (medians over the repeats) in the
+// canonical order.
+func (r Result) Medians() []loadgen.NamedSummary { return r.runs }
 
-// Config is how the figures were obtained: the cluster, the calibration,
-// the workload and each policy's router flags.
+// RepeatRun is one repeat: every policy on the same seed.
+type RepeatRun struct {
+	Seed     uint64                          `json:"seed"`
+	Order    []string                        `json:"order"`
+	Policies map[string]loadgen.NamedSummary `json:"policies"`
+	Ratios   map[string]float64              `json:"ratios"`
+	Details  map[string]PolicyRun            `json:"details"`
+	runs     []loadgen.NamedSummary          // in the canonical order
+}
+
+// Comparison is the reference policy's TTFT p90 against another's over the
+// repeats: the ratio of the medians, the per-repeat ratios' median and
+// range, and whether the difference of the medians exceeds the larger of the
+// two policies' spreads (max - min over the repeats).
+type Comparison struct {
+	Ratio        float64 `json:"ratio"`
+	RatioMedian  float64 `json:"ratio_median"`
+	RatioMin     float64 `json:"ratio_min"`
+	RatioMax     float64 `json:"ratio_max"`
+	DifferenceMS float64 `json:"difference_ms"`
+	SpreadMS     float64 `json:"spread_ms"`
+	Conclusive   bool    `json:"conclusive"`
+}
+
+// Config is how the figures were obtained: the cluster, the workload and
+// each policy's router flags.
 type Config struct {
 	Quick             bool    `json:"quick"`
+	Repeats           int     `json:"repeats"`
 	Engines           int     `json:"engines"`
 	BlockSize         int     `json:"block_size"`
 	KVBytesPerToken   int     `json:"kv_bytes_per_token"`
@@ -46,10 +85,16 @@ type Config struct {
 	RestoreUSPerToken float64 `json:"restore_us_per_token"`
 	// PullSetupMS is the engines' simulated fixed cost of a peer pull, in
 	// simulated ms (they wait it divided by the speedup).
-	PullSetupMS float64     `json:"pull_setup_ms"`
-	Speedup     float64     `json:"speedup"`
-	Calibration Calibration `json:"calibration"`
-	// Workload holds the agentic shape or the trace replay's settings.
+	PullSetupMS float64 `json:"pull_setup_ms"`
+	Speedup     float64 `json:"speedup"`
+	// Nominal is what the engines really cost, in wall time: what the
+	// kv_hints router should learn.
+	Nominal Nominal `json:"nominal"`
+	// HintFlags fix figures the router would otherwise learn (none by
+	// default).
+	HintFlags []string `json:"hint_flags"`
+	// Workload holds the agentic shape or the trace replay's settings (of
+	// the first repeat's seed).
 	Workload     any                  `json:"workload_config"`
 	Requests     int                  `json:"requests"`
 	PromptTokens int64                `json:"workload_prompt_tokens"`
@@ -63,7 +108,16 @@ type Config struct {
 	Plot         string `json:"plot,omitempty"`
 }
 
-// PolicyRun is one policy's router flags and how long its run took.
+// Nominal is the engines' configured cost of a recompute and of a pull's
+// setup, in wall time.
+type Nominal struct {
+	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
+	PullSetupMS       float64 `json:"pull_setup_ms"`
+	RestoreUSPerToken float64 `json:"restore_us_per_token"`
+}
+
+// PolicyRun is one policy's router flags and how its run went. In
+// config.policies the counts add up over the repeats.
 type PolicyRun struct {
 	Flags  []string `json:"flags"`
 	WallMS float64  `json:"wall_ms"`
@@ -76,6 +130,11 @@ type PolicyRun struct {
 	PullMSMean  float64 `json:"pull_ms_mean"`
 	PullsFailed int     `json:"pulls_failed"`
 	FirstError  string  `json:"first_error,omitempty"`
+	// LoadAvg is /proc/loadavg's averages when the run ended.
+	LoadAvg string `json:"loadavg,omitempty"`
+	// Learned is a hinting router's /debug/workers hint_estimates at the
+	// end of its run.
+	Learned json.RawMessage `json:"learned,omitempty"`
 }
 
 // agenticJSON is the agentic workload's shape as reported.
@@ -130,11 +189,14 @@ func (o *Options) requests() ([]workload.Request, any, error) {
 
 func (o *Options) config(w any, reqs []workload.Request) Config {
 	c := Config{
-		Quick: o.Quick, Engines: o.Engines, BlockSize: o.BlockSize, KVBytesPerToken: o.KVBytesPerToken,
+		Quick: o.Quick, Repeats: o.Repeats, Engines: o.Engines, BlockSize: o.BlockSize, KVBytesPerToken: o.KVBytesPerToken,
 		BlockBytes: o.BlockSize * o.KVBytesPerToken, GPUBlocks: o.GPUBlocks, RunnerBlocks: o.RunnerBlocks,
 		PrefillUSPerToken: us(o.PrefillPerToken), DecodeMSPerToken: ms(o.DecodePerToken),
 		RestoreUSPerToken: us(o.RestorePerToken), PullSetupMS: ms(max(o.PullSetup, 0)), Speedup: o.Speedup,
-		Workload: w, Requests: len(reqs), Policies: map[string]PolicyRun{}, Plot: o.Plot,
+		Nominal: Nominal{PrefillTokensPerS: float64(time.Second) / float64(o.PrefillPerToken) * o.Speedup,
+			PullSetupMS: ms(max(o.PullSetup, 0)) / o.Speedup, RestoreUSPerToken: us(o.RestorePerToken) / o.Speedup},
+		HintFlags: o.hintFlags(),
+		Workload:  w, Requests: len(reqs), Policies: map[string]PolicyRun{}, Plot: o.Plot,
 	}
 	for _, r := range reqs {
 		c.PromptTokens += int64(len(r.Prompt))
@@ -142,8 +204,9 @@ func (o *Options) config(w any, reqs []workload.Request) Config {
 	return c
 }
 
-// clusterOptions: engines sized and timed as the options say, the
-// calibration router first.
+// clusterOptions: engines sized and timed as the options say, and a router
+// whose start waits until every engine's stream is live (the cluster pokes
+// the engines for it); each policy then starts its own.
 func (o *Options) clusterOptions() cluster.Options {
 	return cluster.Options{
 		Binary: o.Binary, Engines: o.Engines,
@@ -151,7 +214,7 @@ func (o *Options) clusterOptions() cluster.Options {
 		GPUBlocks: o.GPUBlocks, RunnerBlocks: o.RunnerBlocks,
 		PrefillPerToken: o.PrefillPerToken, DecodePerToken: o.DecodePerToken, Speedup: o.Speedup,
 		EngineFlags: o.engineFlags(),
-		RouterFlags: [][]string{probeRouterFlags},
+		RouterFlags: [][]string{{"--hint-policy", "off"}},
 		// Kept until the run succeeded, so that a failure can be explained.
 		LogDir: o.LogDir, KeepLogs: true, Logger: o.Logger,
 	}
@@ -166,21 +229,185 @@ func (o *Options) engineFlags() []string {
 	return f
 }
 
-// summary is the calibration in one line for the progress output.
-func (c Calibration) summary() string {
-	how := "given"
-	if c.Measured {
-		how = fmt.Sprintf("measured over %d pulls", len(c.Probes))
+// hintFlags are the router flags that fix figures of the cost policy; none
+// unless given: the router learns them.
+func (o *Options) hintFlags() []string {
+	var f []string
+	if o.HintBandwidthGbps > 0 {
+		f = append(f, "--hint-bandwidth-gbps", fmtFloat(o.HintBandwidthGbps), "--kv-bytes-per-token", strconv.Itoa(o.KVBytesPerToken))
 	}
-	return fmt.Sprintf("calibration (%s): pull %.2f ms + %.2f Gbit/s, restore %.2f µs/token -> --hint-bandwidth-gbps %.3g --hint-setup-ms %.3g --hint-prefill-tokens-per-s %.4g; crossover %s",
-		how, c.PullSetupMS, c.PullGbps, c.RestoreUSPerToken, c.HintBandwidthGbps, c.HintSetupMS, c.PrefillTokensPerS, c.crossover())
+	if o.HintSetup > 0 {
+		f = append(f, "--hint-setup-ms", fmtFloat(ms(o.HintSetup)))
+	}
+	return f
 }
 
-func (c Calibration) crossover() string {
-	if c.CrossoverTokens == nil {
-		return "none (a pull never beats a recompute: no hint will be issued)"
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', 6, 64) }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// finish sorts a repeat's runs into the canonical order and computes its
+// ratios.
+func (r *RepeatRun) finish(policies []Policy) {
+	r.runs = nil
+	for _, p := range policies {
+		if s, ok := r.Policies[p.Name]; ok {
+			r.runs = append(r.runs, s)
+		}
 	}
-	return fmt.Sprintf("%.0f tokens (%.1f blocks)", *c.CrossoverTokens, *c.CrossoverTokens/float64(c.BlockSize))
+	r.Ratios = loadgen.NewReport("", r.runs, Reference).Ratios
+}
+
+// finish reduces the repeats: medians per policy and figure, ratios of the
+// medians, comparisons against the spread, and the policies' details added
+// up.
+func (res *Result) finish(workloadName string, policies []Policy) {
+	res.runs = nil
+	for _, p := range policies {
+		var each []loadgen.NamedSummary
+		for _, run := range res.Runs {
+			if s, ok := run.Policies[p.Name]; ok {
+				each = append(each, s)
+			}
+		}
+		if len(each) == 0 {
+			continue
+		}
+		m := medianSummary(each)
+		m.Name = p.Name
+		res.runs = append(res.runs, m)
+		res.Config.Order = append(res.Config.Order, p.Name)
+		var total PolicyRun
+		for _, run := range res.Runs {
+			total = total.add(run.Details[p.Name])
+		}
+		res.Config.Policies[p.Name] = total
+	}
+	res.Report = loadgen.NewReport(workloadName, res.runs, Reference)
+	res.Comparisons = map[string]Comparison{}
+	for _, other := range res.runs {
+		if other.Name == Reference {
+			continue
+		}
+		if c, ok := res.compare(other.Name); ok {
+			res.Comparisons[Reference+"_ttft_p90_vs_"+other.Name] = c
+		}
+	}
+}
+
+// compare weighs the reference's TTFT p90 against other's over the
+// repeats.
+func (res *Result) compare(other string) (Comparison, bool) {
+	ref, oth := res.Report.Policies[Reference], res.Report.Policies[other]
+	if ref.TTFTP90 <= 0 || oth.TTFTP90 <= 0 {
+		return Comparison{}, false
+	}
+	c := Comparison{Ratio: ref.TTFTP90 / oth.TTFTP90, DifferenceMS: math.Abs(ref.TTFTP90 - oth.TTFTP90)}
+	var ratios, refs, others []float64
+	for _, run := range res.Runs {
+		if x, ok := run.Ratios[Reference+"_ttft_p90_vs_"+other]; ok {
+			ratios = append(ratios, x)
+		}
+		refs = append(refs, run.Policies[Reference].TTFTP90)
+		others = append(others, run.Policies[other].TTFTP90)
+	}
+	if len(ratios) > 0 {
+		c.RatioMedian, c.RatioMin, c.RatioMax = median(ratios), slices.Min(ratios), slices.Max(ratios)
+	}
+	c.SpreadMS = max(spread(refs), spread(others))
+	c.Conclusive = c.DifferenceMS > c.SpreadMS
+	return c, true
+}
+
+func spread(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return slices.Max(v) - slices.Min(v)
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// medianSummary is every figure's median over runs (integers stay
+// integers, rounded), with the runs' TTFTs pooled for the plot.
+func medianSummary(runs []loadgen.NamedSummary) loadgen.NamedSummary {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	values := map[string][]float64{}
+	ints := map[string]bool{}
+	for _, r := range runs {
+		b, _ := json.Marshal(r)
+		var m map[string]json.Number
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		if d.Decode(&m) != nil {
+			continue
+		}
+		for k, n := range m {
+			f, err := n.Float64()
+			if err != nil {
+				continue
+			}
+			if _, seen := ints[k]; !seen {
+				ints[k] = true
+			}
+			ints[k] = ints[k] && !strings.ContainsAny(n.String(), ".eE")
+			values[k] = append(values[k], f)
+		}
+	}
+	out := map[string]float64{}
+	for k, v := range values {
+		out[k] = median(v)
+		if ints[k] {
+			out[k] = math.Round(out[k])
+		}
+	}
+	b, _ := json.Marshal(out)
+	var m loadgen.NamedSummary
+	_ = json.Unmarshal(b, &m)
+	for _, r := range runs {
+		m.TTFT = append(m.TTFT, r.TTFT...)
+	}
+	slices.Sort(m.TTFT)
+	return m
+}
+
+// add sums two runs' counts; the flags are the same.
+func (p PolicyRun) add(q PolicyRun) PolicyRun {
+	if p.Flags == nil {
+		p.Flags = q.Flags
+	}
+	if p.HintReasons == nil {
+		p.HintReasons = map[string]int64{}
+	}
+	for k, n := range q.HintReasons {
+		p.HintReasons[k] += n
+	}
+	if p.Pulls+q.Pulls > 0 {
+		p.PullMSMean = (p.PullMSMean*float64(p.Pulls) + q.PullMSMean*float64(q.Pulls)) / float64(p.Pulls+q.Pulls)
+	}
+	p.WallMS += q.WallMS
+	p.Pulls += q.Pulls
+	p.PullsFailed += q.PullsFailed
+	if p.FirstError == "" {
+		p.FirstError = q.FirstError
+	}
+	p.LoadAvg = q.LoadAvg
+	if q.Learned != nil {
+		p.Learned = q.Learned
+	}
+	return p
 }
 
 // print writes the plot and the report: the table, or with JSON the JSON
@@ -224,9 +451,17 @@ func writePlot(path string, runs []loadgen.NamedSummary) error {
 func writeTable(w io.Writer, r *Result) error {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "\n%s workload: %d requests, %d prompt tokens, on %d engines (%d-token blocks of %d KiB, %d GPU + %d runner blocks, prefill %.0f µs/token, speedup %g)\n\n",
+	fmt.Fprintf(&b, "\n%s workload: %d requests, %d prompt tokens, on %d engines (%d-token blocks of %d KiB, %d GPU + %d runner blocks, prefill %.0f µs/token, speedup %g)",
 		r.Workload, c.Requests, c.PromptTokens, c.Engines, c.BlockSize, c.BlockBytes>>10, c.GPUBlocks, c.RunnerBlocks, c.PrefillUSPerToken, c.Speedup)
-	if err := loadgen.Table(&b, r.runs); err != nil {
+	if c.Repeats > 1 && len(r.Runs) > 0 {
+		fmt.Fprintf(&b, "; %d repeats (seeds %d..%d): medians, [min, max]", c.Repeats, r.Runs[0].Seed, r.Runs[len(r.Runs)-1].Seed)
+	}
+	b.WriteString("\n\n")
+	if c.Repeats > 1 {
+		if err := repeatsTable(&b, r); err != nil {
+			return err
+		}
+	} else if err := loadgen.Table(&b, r.runs); err != nil {
 		return err
 	}
 	b.WriteByte('\n')
@@ -234,8 +469,19 @@ func writeTable(w io.Writer, r *Result) error {
 		fmt.Fprintf(&b, "Each policy also sent %d warm-up requests, not measured: the first on each shared system prompt, computed cold under every policy.\n\n",
 			r.runs[0].Summary.Warmup)
 	}
-	if err := loadgen.WriteRatios(&b, r.runs, Reference); err != nil {
-		return err
+	for _, o := range r.runs {
+		cmp, ok := r.Comparisons[Reference+"_ttft_p90_vs_"+o.Name]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(&b, "%s ttft p90 vs %s: %.2fx", Reference, o.Name, cmp.Ratio)
+		if c.Repeats > 1 {
+			fmt.Fprintf(&b, " (per repeat: median %.2fx, %.2fx..%.2fx)", cmp.RatioMedian, cmp.RatioMin, cmp.RatioMax)
+			if !cmp.Conclusive {
+				fmt.Fprintf(&b, "; not conclusive: the runs spread over %.0f ms, more than the %.0f ms between the medians", cmp.SpreadMS, cmp.DifferenceMS)
+			}
+		}
+		b.WriteByte('\n')
 	}
 	for _, name := range c.Order {
 		if p := c.Policies[name]; p.Pulls > 0 {
@@ -243,21 +489,92 @@ func writeTable(w io.Writer, r *Result) error {
 				name, p.Pulls, p.PullMSMean, p.PullsFailed)
 		}
 	}
-	fmt.Fprintf(&b, "\n%s\n", c.Calibration.summary())
-	if c.Calibration.MeasuredPrefillTokensPerS > 0 {
-		fmt.Fprintf(&b, "recompute rate seen by the probes: %.4g tokens/s (nominal %.4g)\n",
-			c.Calibration.MeasuredPrefillTokensPerS, c.Calibration.PrefillTokensPerS)
-		if share, slow := c.Calibration.slowEngines(); slow {
-			fmt.Fprintf(&b, "warning: the engines recomputed at %.0f%% of their configured speed: the host was too busy for them, so this run compares the policies on a slower cluster than configured; run it on an idle machine, or with fewer --engines or a lower --speedup\n",
-				share*100)
+	for _, run := range r.Runs {
+		for _, name := range run.Order {
+			if l := run.Details[name].Learned; l != nil {
+				fmt.Fprintf(&b, "%s (seed %d) learned: %s\n", name, run.Seed, learnedSummary(l))
+			}
 		}
 	}
+	n := c.Nominal
+	fmt.Fprintf(&b, "the engines: recompute %.4g tokens/s, pull setup %.1f ms, restore %.2f µs/token (wall time); router hint flags: %s\n",
+		n.PrefillTokensPerS, n.PullSetupMS, n.RestoreUSPerToken, orNone(c.HintFlags))
 	fmt.Fprintf(&b, "load average before %s, after %s\n", orNA(c.LoadAvgStart), orNA(c.LoadAvgEnd))
 	if c.Plot != "" {
 		fmt.Fprintf(&b, "TTFT CDF per policy: %s\n", c.Plot)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// repeatsTable writes the medians with the range of the figures that
+// decide a comparison.
+func repeatsTable(b *strings.Builder, r *Result) error {
+	rows := [][]string{{"policy", "requests", "errors", "ttft p50 ms", "p90 ms [min, max]", "p99 ms", "recomputed [min, max]",
+		"peer restored", "hints"}}
+	for _, m := range r.runs {
+		var p90, rec []float64
+		for _, run := range r.Runs {
+			if s, ok := run.Policies[m.Name]; ok {
+				p90 = append(p90, s.TTFTP90)
+				rec = append(rec, float64(s.RecomputedTokens))
+			}
+		}
+		rows = append(rows, []string{m.Name, strconv.Itoa(m.Requests), strconv.Itoa(m.Errors),
+			fixed1(m.TTFTP50),
+			fmt.Sprintf("%s [%s, %s]", fixed1(m.TTFTP90), fixed1(slices.Min(p90)), fixed1(slices.Max(p90))),
+			fixed1(m.TTFTP99),
+			fmt.Sprintf("%d [%.0f, %.0f]", m.RecomputedTokens, slices.Min(rec), slices.Max(rec)),
+			fmt.Sprintf("%.1f%%", 100*m.PeerRestoredRatio), strconv.FormatInt(m.HintsIssued, 10)})
+	}
+	return loadgen.Columns(b, rows)
+}
+
+func fixed1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+
+// learnedSummary is a router's learned estimates in one line.
+func learnedSummary(raw json.RawMessage) string {
+	var v struct {
+		FleetPull struct {
+			SetupMS            float64  `json:"setup_ms"`
+			USPerToken         float64  `json:"us_per_token"`
+			BandwidthBytesPerS *float64 `json:"bandwidth_bytes_per_s"`
+		} `json:"fleet_pull"`
+		FleetRecompute struct {
+			TokensPerS float64 `json:"tokens_per_s"`
+		} `json:"fleet_recompute"`
+		Pairs []struct {
+			Pulls int `json:"pulls"`
+		} `json:"pairs"`
+		Targets []struct {
+			TokensPerS float64 `json:"tokens_per_s"`
+		} `json:"targets"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return "unreadable"
+	}
+	p := v.FleetPull
+	gbps := "free"
+	if p.BandwidthBytesPerS != nil {
+		gbps = fmt.Sprintf("%.2f Gbit/s", *p.BandwidthBytesPerS*8/1e9)
+	}
+	pulls := 0
+	for _, pr := range v.Pairs {
+		pulls += pr.Pulls
+	}
+	var rates []string
+	for _, t := range v.Targets {
+		rates = append(rates, fmt.Sprintf("%.4g", t.TokensPerS))
+	}
+	return fmt.Sprintf("fleet pull %.1f ms + %.2f µs/token (%s) from %d pulls over %d pairs; recompute %.4g tokens/s fleet-wide, per target [%s]",
+		p.SetupMS, p.USPerToken, gbps, pulls, len(v.Pairs), v.FleetRecompute.TokensPerS, strings.Join(rates, " "))
+}
+
+func orNone(f []string) string {
+	if len(f) == 0 {
+		return "none (learned)"
+	}
+	return strings.Join(f, " ")
 }
 
 // record is one request of a policy's run, as --records writes it.

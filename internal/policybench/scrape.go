@@ -4,6 +4,7 @@ package policybench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -175,3 +176,18 @@ func poll(ctx context.Context, within time.Duration, what string, cond func() (d
 }
 
 const pollEvery = 25 * time.Millisecond
+
+// learned is a router's hint estimates from GET /debug/workers.
+func learned(ctx context.Context, router string) (json.RawMessage, error) {
+	data, err := cluster.Get(ctx, router+pathWorkers)
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		HintEstimates json.RawMessage `json:"hint_estimates"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, err
+	}
+	return v.HintEstimates, nil
+}

@@ -36,8 +36,9 @@ var ErrSnapshot = errors.New("relay: snapshot failed")
 // applies live messages strictly in cursor order, and resyncs from a new
 // snapshot whenever it sees a gap (a cursor skipped, or a heartbeat naming
 // a cursor it never got), a new epoch, a rejected op, or live messages it
-// had to drop. While it is not in step every source it knows is marked not
-// ready, so no hint names a source the router is unsure of.
+// had to drop. While it is not in step, or the agent has missed several
+// heartbeats, every source it knows is marked not ready, so no hint names a
+// source the router is unsure of.
 type Follower struct {
 	NC     *nats.Conn
 	Prefix string
@@ -52,11 +53,25 @@ type Follower struct {
 	// Resynced, if set, is called after each successful snapshot, with the
 	// reason it was taken; for metrics.
 	Resynced func(reason string)
+	// Heartbeat is how often the agent announces its cursor (default
+	// DefaultHeartbeat). When MissedHeartbeats of them (default 3) pass
+	// without a word from it, its sources are marked not ready until it
+	// speaks again: an agent that died stops naming hint sources long
+	// before its registration's lease runs out.
+	Heartbeat        time.Duration
+	MissedHeartbeats int
+	// Silent, if set, is called when the agent falls silent (true) and
+	// when it speaks again (false); for metrics.
+	Silent func(silent bool)
+	// Now is the clock silence is measured on (default time.Now).
+	Now func() time.Time
 
 	epoch   uint64
 	cursor  uint64
 	synced  bool
-	sources map[index.Source]bool
+	sources map[index.Source]bool // the agent's word on each source's readiness
+	silence silence
+	ticks   <-chan time.Time // tests inject it; else a ticker at Heartbeat/2
 }
 
 // DefaultMaxBacklog is Follower.MaxBacklog's default.
@@ -74,6 +89,21 @@ func (f *Follower) Run(ctx context.Context) error {
 	if f.MaxBacklog <= 0 {
 		f.MaxBacklog = DefaultMaxBacklog
 	}
+	if f.Heartbeat <= 0 {
+		f.Heartbeat = DefaultHeartbeat
+	}
+	if f.MissedHeartbeats <= 0 {
+		f.MissedHeartbeats = 3
+	}
+	if f.Now == nil {
+		f.Now = time.Now
+	}
+	if f.ticks == nil {
+		t := time.NewTicker(f.Heartbeat / 2)
+		defer t.Stop()
+		f.ticks = t.C
+	}
+	f.silence = silence{limit: time.Duration(f.MissedHeartbeats) * f.Heartbeat}
 	f.sources = map[index.Source]bool{}
 	// One subscription for the sources and the heartbeat keeps the two in
 	// the agent's order; the agent's other subjects are not the stream.
@@ -109,9 +139,24 @@ func (f *Follower) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-f.ticks:
+			if f.silence.check(f.Now()) {
+				f.Log.Warn("relay: agent silent; its sources give no hints until it speaks again", "prefix", f.Prefix,
+					"missed_heartbeats", f.MissedHeartbeats, "heartbeat", f.Heartbeat)
+				for s := range f.sources {
+					f.Sink.SetReady(s, false)
+				}
+				if f.Silent != nil {
+					f.Silent(true)
+				}
+			}
+			continue
 		case <-live.ready:
 		}
 		msgs, overflowed := live.take()
+		if len(msgs) > 0 || overflowed {
+			f.heard()
+		}
 		if overflowed {
 			f.Log.Warn("relay: live messages dropped while the router was busy; resyncing", "prefix", f.Prefix, "max_backlog", f.MaxBacklog)
 			reason = "overflow"
@@ -194,6 +239,29 @@ func (f *Follower) apply(m Message) error {
 	return nil
 }
 
+// IsSilent reports whether the agent is silent now; call it only after Run
+// returned.
+func (f *Follower) IsSilent() bool { return f.silence.quiet }
+
+// heard notes a sign of life from the agent: sources it said were ready
+// are again, if silence had withdrawn them.
+func (f *Follower) heard() {
+	if !f.silence.heard(f.Now()) {
+		return
+	}
+	f.Log.Info("relay: agent speaks again", "prefix", f.Prefix)
+	if f.synced {
+		for s, ready := range f.sources {
+			if ready {
+				f.Sink.SetReady(s, true)
+			}
+		}
+	}
+	if f.Silent != nil {
+		f.Silent(false)
+	}
+}
+
 func (f *Follower) unsync() {
 	f.synced = false
 	for s := range f.sources {
@@ -266,11 +334,40 @@ func (f *Follower) install(frames []Message, reason string) error {
 		}
 	}
 	f.synced = true
+	// The snapshot is the agent speaking, and it set each source's
+	// readiness afresh.
+	f.silence.heard(f.Now())
 	if f.Resynced != nil {
 		f.Resynced(reason)
 	}
 	f.Log.Debug("relay: in step", "prefix", f.Prefix, "epoch", f.epoch, "cursor", f.cursor, "reason", reason)
 	return nil
+}
+
+// silence tells when an agent has said nothing, neither a message nor a
+// heartbeat, for longer than limit. Pure: time comes in with every call.
+type silence struct {
+	limit time.Duration
+	last  time.Time
+	quiet bool
+}
+
+// heard records a sign of life at now; it reports whether the agent had
+// been silent.
+func (s *silence) heard(now time.Time) (resumed bool) {
+	s.last = now
+	resumed, s.quiet = s.quiet, false
+	return resumed
+}
+
+// check reports whether the agent fell silent by now: true once, when the
+// limit passes without a word since the last one heard.
+func (s *silence) check(now time.Time) (fell bool) {
+	if s.quiet || s.last.IsZero() || now.Sub(s.last) <= s.limit {
+		return false
+	}
+	s.quiet = true
+	return true
 }
 
 // backlog holds the messages a subscription delivered that the follower

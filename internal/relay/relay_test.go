@@ -203,6 +203,7 @@ func TestFollowerInitialInventoryGapAndEpoch(t *testing.T) {
 func TestWireRoundTrip(t *testing.T) {
 	in := Message{Epoch: 7, Cursor: 9, Source: index.CacheOwner("o"), Kind: KindOps, Ops: []index.Op{
 		{Kind: index.OpStore, Tier: kvevents.TierExternal, Hashes: []uint64{1 << 63, 2}, Parent: 5, HasParent: true, Local: []uint64{3, 4}, BlockSize: 16},
+		{Kind: index.OpStore, Hashes: []uint64{6}, Local: []uint64{7}, SaltUnknown: true},
 		{Kind: index.OpClear, AllTiers: true},
 	}}
 	b, err := Encode(in)
@@ -260,4 +261,96 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("unstable round trip: %v", err)
 		}
 	})
+}
+
+// TestSilence: an agent is silent once more than the limit passed since
+// the last word heard from it, reported once; a word ends it.
+func TestSilence(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	s := silence{limit: 3 * time.Second}
+	steps := []struct {
+		at          time.Duration
+		heard       bool
+		fell, resum bool
+	}{
+		{at: 0, fell: false}, // nothing heard yet: no clock to count from
+		{at: 0, heard: true},
+		{at: 3 * time.Second},
+		{at: 3*time.Second + 1, fell: true},
+		{at: 10 * time.Second}, // once
+		{at: 11 * time.Second, heard: true, resum: true},
+		{at: 13 * time.Second},
+		{at: 14*time.Second + 1, fell: true},
+	}
+	for i, st := range steps {
+		now := t0.Add(st.at)
+		if st.heard {
+			if got := s.heard(now); got != st.resum {
+				t.Fatalf("step %d: heard reported resumed %v, want %v", i, got, st.resum)
+			}
+			continue
+		}
+		if got := s.check(now); got != st.fell {
+			t.Fatalf("step %d: check at %v fell %v, want %v", i, st.at, got, st.fell)
+		}
+	}
+}
+
+// TestFollowerSilentAgent: an agent that misses three heartbeats has its
+// sources marked not ready at the follower's next tick, and a word from it
+// makes the ones it said were ready ready again; the clock and the ticks
+// are the test's.
+func TestFollowerSilentAgent(t *testing.T) {
+	b, err := bus.Open(context.Background(), bus.Options{Name: "relay-silence-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	prefix := Prefix("w:2")
+	src, other := index.WorkerRank("w:2", 0), index.WorkerRank("w:2", 1)
+	tokens := []uint32{1, 2, 3, 4}
+	a := newAgentOn(t, b.Conn, prefix, time.Hour) // beats only when told to
+	a.store(t, src, tokens, []uint64{101}, 0, false)
+	a.store(t, other, tokens, []uint64{101}, 0, false)
+	a.setReady(t, src) // other stays not ready
+
+	var mu sync.Mutex
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	ticks := make(chan time.Time)
+	var silent []bool
+	sink := newIndexSink(t)
+	f := &Follower{NC: b.Conn, Prefix: prefix, Sink: sink, Heartbeat: time.Second, Now: clock, ticks: ticks,
+		Silent: func(s bool) { mu.Lock(); silent = append(silent, s); mu.Unlock() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "initial inventory", func() bool { return sink.isReady(src) })
+
+	advance(3 * time.Second)
+	ticks <- clock()
+	ticks <- clock() // the first tick was handled once the second is taken
+	if !sink.isReady(src) {
+		t.Fatal("not ready after exactly three heartbeats' time")
+	}
+	advance(time.Millisecond)
+	ticks <- clock()
+	ticks <- clock()
+	if sink.isReady(src) || sink.isReady(other) {
+		t.Fatal("a silent agent's source still ready")
+	}
+	a.pub.mu.Lock()
+	a.pub.announce()
+	a.pub.mu.Unlock()
+	eventually(t, "ready again after a heartbeat", func() bool { return sink.isReady(src) })
+	if sink.isReady(other) {
+		t.Fatal("a source the agent never said was ready became ready")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(silent, []bool{true, false}) {
+		t.Fatalf("silence reported %v", silent)
+	}
 }

@@ -96,6 +96,8 @@ type wireOp struct {
 	Depths    []uint32 `msgpack:"d,omitempty"`
 	BlockSize int      `msgpack:"b,omitempty"`
 	AllTiers  bool     `msgpack:"a,omitempty"`
+	// SaltUnknown: index.Op.SaltUnknown.
+	SaltUnknown bool `msgpack:"su,omitempty"`
 }
 
 // Encode serialises m.
@@ -106,7 +108,7 @@ func Encode(m Message) ([]byte, error) {
 		m.WireOps[i] = wireOp{
 			Kind: uint8(op.Kind), Tier: uint8(op.Tier), Hashes: op.Hashes, Parent: op.Parent,
 			HasParent: op.HasParent, Local: op.Local, Seqs: op.Seqs, Depths: op.Depths,
-			BlockSize: op.BlockSize, AllTiers: op.AllTiers,
+			BlockSize: op.BlockSize, AllTiers: op.AllTiers, SaltUnknown: op.SaltUnknown,
 		}
 	}
 	return msgpack.Marshal(&m)
@@ -133,7 +135,7 @@ func Decode(b []byte) (Message, error) {
 		m.Ops[i] = index.Op{
 			Kind: index.OpKind(w.Kind), Tier: kvevents.Tier(w.Tier), Hashes: w.Hashes, Parent: w.Parent,
 			HasParent: w.HasParent, Local: w.Local, Seqs: w.Seqs, Depths: w.Depths,
-			BlockSize: w.BlockSize, AllTiers: w.AllTiers,
+			BlockSize: w.BlockSize, AllTiers: w.AllTiers, SaltUnknown: w.SaltUnknown,
 		}
 	}
 	m.WireOps, m.WireSource = nil, wireSource{}

@@ -33,10 +33,25 @@ type Request struct {
 	Target string
 	// Explain fills Decision.Candidates, for operators.
 	Explain bool
+	// Leg restricts the choice to the workers that can serve it (LegAny:
+	// every worker). A forced Target is taken whatever its role.
+	Leg Leg
+	// Engine, when set, restricts the choice to workers of that engine: a
+	// prefill leg speaks its decode worker's protocol.
+	Engine string
 
+	// weights, when set, price this decision instead of Config.Weights
+	// (a decode leg's, see Plan).
+	weights *cost.Weights
 	// only, set by Decide, restricts the candidates to workers listing
 	// this adapter.
 	only string
+}
+
+// filtered reports whether the request leaves some workers out, so that
+// the model's cached shape does not describe its choice.
+func (req *Request) filtered() bool {
+	return req.Target != "" || len(req.Exclude) > 0 || req.Leg != LegAny || req.Engine != "" || req.only != ""
 }
 
 // Candidate is one (worker, dp_rank) as the decision priced it. Overlaps
@@ -189,7 +204,8 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	anyDown := r.down.Load() > 0 && req.Target == ""
 	included := func(e *entry) bool {
 		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID) &&
-			(only == "" || slices.Contains(e.w.LoRAs, only)) && !(anyDown && e.down.Load())
+			(only == "" || slices.Contains(e.w.LoRAs, only)) && !(anyDown && e.down.Load()) &&
+			(req.Target != "" || req.Leg.admits(&e.w)) && (req.Engine == "" || e.w.Engine == req.Engine)
 	}
 	sh, ok := r.shapes[model]
 	if !ok || req.filtered() || anyDown {
@@ -211,7 +227,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		if e == nil { // a worker went down since the shape was taken
 			return nil, r.noneLeft(req, ents)
 		}
-		t = r.cfg.Weights.Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
+		t = r.weightsFor(&req).Price(len(g.local), g.bs, r.candidate(g, e, i, ld))
 	} else {
 		for _, e := range ents {
 			if !included(e) {
@@ -232,7 +248,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		scored, of = ld.scored[:0], ld.of
 		for _, g := range groups {
 			base := len(scored)
-			scored = cost.AppendScores(scored, r.cfg.Weights, len(g.local), g.bs, g.cands)
+			scored = cost.AppendScores(scored, *r.weightsFor(&req), len(g.local), g.bs, g.cands)
 			s := scored[base:]
 			if g.bs != minBS {
 				scale := float64(g.bs) / float64(minBS)
@@ -297,11 +313,6 @@ func (r *Router) noneLeft(req Request, ents []*entry) error {
 		return fmt.Errorf("%w: every worker of model %q is down or was excluded", ErrNoWorker, req.Model)
 	}
 	return fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
-}
-
-// filtered says that some of the model's workers are not candidates.
-func (req *Request) filtered() bool {
-	return req.Target != "" || len(req.Exclude) > 0 || req.only != ""
 }
 
 // Resolve returns the model whose workers serve requests naming model and
@@ -462,6 +473,7 @@ func (r *Router) hint(g *group, t Target) (hints.Hint, hints.Decision) {
 			// A guess carries made-up engine hashes: comparing them
 			// means nothing (and Meta refuses the source anyway).
 			HashConflict: !guess && g.ix.Conflict(tsrc, src),
+			SaltKnown:    g.ix.SaltKnown(src),
 		})
 	}
 	h, d := hints.Select(req, r.policies[g.bs])

@@ -62,6 +62,16 @@ func TestHints(t *testing.T) {
 		{name: "another salt",
 			edit:   func(_ *fleet, req *Request) { req.Salt = "tenant-b" },
 			reason: hints.ReasonNoCandidate},
+		{name: "a source that stored blocks of unknown salt is no source",
+			// The runner's other blocks are under an identity no request
+			// matches; the source's own salt, which the index records, is
+			// what hint selection checks.
+			edit: func(f *fleet, _ *Request) {
+				op := storeOp(tokens(900, 2), "", kvevents.TierExternal)
+				op.SaltUnknown = true
+				f.store("b", index.CacheOwner("owner-b-0"), op)
+			},
+			reason: hints.ReasonSaltUnknown, reach: 6},
 		{name: "removal events stop the hint",
 			edit: func(f *fleet, _ *Request) {
 				f.store("b", index.CacheOwner("owner-b-0"), index.Op{Kind: index.OpRemove, Tier: kvevents.TierExternal,

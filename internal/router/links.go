@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
 )
 
@@ -66,6 +67,9 @@ type shape struct {
 	bs    int
 	mixed bool
 	ranks int
+	// split: some worker has a prefill or decode role, so requests are
+	// planned leg by leg (Plan).
+	split bool
 }
 
 func shapeOf(ents []*entry, included func(*entry) bool) shape {
@@ -77,6 +81,7 @@ func shapeOf(ents []*entry, included func(*entry) bool) shape {
 			}
 			sh.mixed = sh.mixed || e.w.BlockSize != sh.bs
 			sh.ranks += e.w.DPSize
+			sh.split = sh.split || e.w.Role == hints.TypePrefill || e.w.Role == hints.TypeDecode
 		}
 	}
 	return sh

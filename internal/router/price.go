@@ -82,7 +82,7 @@ func (r *Router) cheapest(g *group, ents []*entry, ranks int, included func(*ent
 	}
 	b := best{ties: ld.ties[:0]}
 	filtered := req.filtered() || r.down.Load() > 0
-	w := &r.cfg.Weights
+	w := r.weightsFor(&req)
 	var c cost.Candidate
 	for _, e := range ents {
 		if filtered && !included(e) {
@@ -125,7 +125,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		// Most ranks are warm: walking them all in order is cheaper.
 		return nil, 0, false
 	}
-	w := &r.cfg.Weights
+	w := r.weightsFor(&req)
 	blocks := len(g.local)
 	cold := w.Cost(blocks, g.bs, &cost.Candidate{})
 	if len(ld.mark) < len(r.slotSrc) {

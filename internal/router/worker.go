@@ -93,6 +93,15 @@ type Worker struct {
 	Owners map[int]string
 	// Refusal says why the worker takes part in routing without hints.
 	Refusal string
+	// Role is the worker's part in disaggregated serving: TypePrefill or
+	// TypeDecode, else (TypeAggregated, TypeUnknown) it serves whole
+	// requests. A model with a prefill and a decode worker is served
+	// disaggregated (see Plan).
+	Role hints.WorkerType
+	// BootstrapPort is an SGLang prefill worker's bootstrap server
+	// (disaggregation_bootstrap_port), which the decode worker asks where
+	// the request's KV is; 0 for SGLang's default.
+	BootstrapPort int
 	// LoRAs are the LoRA adapters the engine serves besides Model, by the
 	// names requests give them (vLLM lists them in /v1/models with Model
 	// as their parent).
@@ -114,6 +123,8 @@ func (w *Worker) Validate() error {
 		return fmt.Errorf("%w: %s: dp range start %d size %d", ErrBadWorker, w.ID, w.DPStart, w.DPSize)
 	case w.Engine != EngineVLLM && w.Engine != EngineSGLang:
 		return fmt.Errorf("%w: %s: engine %q: want %q or %q", ErrBadWorker, w.ID, w.Engine, EngineVLLM, EngineSGLang)
+	case w.BootstrapPort < 0 || w.BootstrapPort > 65535:
+		return fmt.Errorf("%w: %s: bootstrap port %d outside 0..65535", ErrBadWorker, w.ID, w.BootstrapPort)
 	}
 	return nil
 }

@@ -89,8 +89,14 @@ func TestEngineEventsConnect(t *testing.T) {
 				newPublisher(t, kvstream.PublisherConfig{Endpoint: "tcp://*:" + strconv.Itoa(base+1)}, f, ""),
 			}
 			events := "tcp://127.0.0.1:" + strconv.Itoa(base)
+			engine := ",engine=vllm"
+			if f == kvencode.SGLangMap {
+				// A vLLM runner's store without extra_keys would not tell
+				// its salt: the SGLang form is an SGLang worker's.
+				engine = ",engine=sglang"
+			}
 			g := h.service(func(o *Options) {
-				o.Workers = []direct.WorkerSpec{spec(t, e, ",dp=2,events="+events)}
+				o.Workers = []direct.WorkerSpec{spec(t, e, ",dp=2,events="+events+engine)}
 			})
 			waitWorkers(t, g, 1)
 			toks := prompt(40, 5)
@@ -161,4 +167,36 @@ func TestEngineEventsBind(t *testing.T) {
 	if w, _ := g.Router.Worker(e.hostPort()); w.Mode.String() != "events" {
 		t.Fatalf("mode after events: %v", w.Mode)
 	}
+}
+
+// TestWorkerControlIsASource: a --worker with control= is a hint source:
+// another worker routed the prompt gets a hint naming that endpoint, for
+// the blocks its engine reported.
+func TestWorkerControlIsASource(t *testing.T) {
+	h := newHarness(t)
+	ea, eb := newEngine(t, testModel), newEngine(t, testModel)
+	port := twoPorts(t)
+	pubB := newPublisher(t, kvstream.PublisherConfig{Endpoint: "tcp://*:" + strconv.Itoa(port)}, kvencode.VLLMMap, "")
+	newPublisher(t, kvstream.PublisherConfig{Endpoint: "tcp://*:" + strconv.Itoa(port+1)}, kvencode.VLLMMap, "")
+	const control = "tcp://10.0.0.9:25000"
+	g := h.service(func(o *Options) {
+		o.AllowTargetOverride = true
+		o.Workers = []direct.WorkerSpec{
+			// a's events make it a target whose prefix is known.
+			spec(t, ea, ",id=a,type=aggregated,events=tcp://127.0.0.1:"+strconv.Itoa(port+1)),
+			spec(t, eb, ",id=b,type=aggregated,control="+control+",events=tcp://127.0.0.1:"+strconv.Itoa(port)),
+		}
+	})
+	waitWorkers(t, g, 2)
+	toks := prompt(70, 6)
+	body := completionBody(toks, "")
+	var r routeView
+	eventually(t, "b's stores hinted to a", func() bool {
+		ev := stored(toks, kvevents.TierDevice, "GPU")
+		ev.ExtraKeys = true
+		pubB.send(0, ev)
+		r = g.routeTo(t, body, "a")
+		return string(r.Hint) != "null"
+	})
+	wantHint(t, r, control, engineHashes(toks, ""))
 }

@@ -91,8 +91,16 @@ type Options struct {
 	Temperature float64
 	Routing     string // --routing: kv, round-robin, random, least-loaded
 
-	HintPolicy            string
-	HintMinBlocks         int
+	HintPolicy    string
+	HintMinBlocks int
+	// HintMargin is the share of the recompute a pull must save to be
+	// hinted (cost policy).
+	HintMargin float64
+	// The cost policy learns a pull's setup and rate per (source, target)
+	// and each target's recompute rate from what engines report, starting
+	// from hints.DefaultPrior. A figure set here is fixed instead: 0 learns
+	// it (HintSetup < 0 fixes a zero setup). KVBytesPerToken also sets the
+	// prior's KV size.
 	HintBandwidthGbps     float64
 	HintSetup             time.Duration
 	HintPrefillTokensPerS float64
@@ -119,6 +127,8 @@ type Options struct {
 	// RetryReset sends a request whose connection to a worker broke before
 	// any byte of the answer to another worker, once.
 	RetryReset bool
+	// PD configures disaggregated serving (--pd-*).
+	PD router.PDConfig
 	// BodyTimeout bounds the time a client takes to send a request body;
 	// MaxBodyMemory bounds the bytes of the bodies held at once.
 	BodyTimeout   time.Duration
@@ -158,44 +168,50 @@ func Defaults() Options {
 		Listen: ":8080", AdminListen: DefaultAdminListen, NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: frontdoor.TokenizerEngine, TokenizeCache: 4096, TokenizerCheck: tokcheck.Default,
 		Weights:    cost.DefaultWeights(),
-		HintPolicy: policyCost, HintMinBlocks: 1, HintBandwidthGbps: 10, HintSetup: 2 * time.Millisecond,
-		HintPrefillTokensPerS: 20000, KVBytesPerToken: 256 << 10,
+		HintPolicy: policyCost, HintMinBlocks: 1, HintMargin: 0.1,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
-		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory,
+		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory, PD: router.DefaultPD(),
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 		ContextEvery: contextlen.DefaultEvery,
 	}
 }
 
-// hintPolicy returns the hint policy factory the options describe.
-func (o *Options) hintPolicy() (func(blockSize int) (hints.Policy, error), error) {
+// hintPolicy returns the hint policy factory the options describe, and the
+// learner behind the cost policy (nil for the others).
+func (o *Options) hintPolicy() (func(blockSize int) (hints.Policy, error), *hints.Learner, error) {
 	switch o.HintPolicy {
 	case policyOff:
-		return nil, nil // router.Config.NoHints: no policy is ever asked
+		return nil, nil, nil // router.Config.NoHints: no policy is ever asked
 	case policyMinBlocks:
 		if o.HintMinBlocks < 1 {
-			return nil, fmt.Errorf("%w: --hint-min-blocks %d must be at least 1", errOptions, o.HintMinBlocks)
+			return nil, nil, fmt.Errorf("%w: --hint-min-blocks %d must be at least 1", errOptions, o.HintMinBlocks)
 		}
 		p := hints.MinBlocks(o.HintMinBlocks)
-		return func(int) (hints.Policy, error) { return p, nil }, nil
+		return func(int) (hints.Policy, error) { return p, nil }, nil, nil
 	case policyCost:
-		f := func(bs int) (hints.Policy, error) {
-			return hints.NewCostPolicy(hints.Rates{
-				BandwidthBytesPerS: o.HintBandwidthGbps * 1e9 / 8,
-				SetupLatency:       o.HintSetup,
-				PrefillTokensPerS:  o.HintPrefillTokensPerS,
-				BytesPerBlock:      o.KVBytesPerToken * int64(bs),
-				BlockSize:          bs,
-			}, nil)
+		for name, v := range map[string]float64{"--hint-bandwidth-gbps": o.HintBandwidthGbps,
+			"--hint-prefill-tokens-per-s": o.HintPrefillTokensPerS, "--kv-bytes-per-token": float64(o.KVBytesPerToken)} {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, nil, fmt.Errorf("%w: %s %v must be positive (or 0 to learn it)", errOptions, name, v)
+			}
 		}
-		if _, err := f(direct.DefaultBlockSize); err != nil {
-			return nil, fmt.Errorf("%w: --hint-bandwidth-gbps, --hint-setup-ms, --hint-prefill-tokens-per-s and --kv-bytes-per-token must be positive: %v",
-				errOptions, err)
+		if !(o.HintMargin >= 0 && o.HintMargin < 1) {
+			return nil, nil, fmt.Errorf("%w: --hint-margin %v must be in [0, 1)", errOptions, o.HintMargin)
 		}
-		return f, nil
+		cfg := hints.LearnConfig{}
+		cfg.Prior.BytesPerToken = float64(o.KVBytesPerToken)
+		l, err := hints.NewLearner(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", errOptions, err)
+		}
+		fixed := hints.Overrides{Setup: o.HintSetup, BandwidthBytesPerS: o.HintBandwidthGbps * 1e9 / 8,
+			BytesPerToken: float64(o.KVBytesPerToken), PrefillTokensPerS: o.HintPrefillTokensPerS}
+		return func(bs int) (hints.Policy, error) {
+			return &hints.Learned{L: l, BlockSize: bs, Margin: o.HintMargin, Fixed: fixed}, nil
+		}, l, nil
 	}
-	return nil, fmt.Errorf("%w: --hint-policy %q: want %s, %s or %s", errOptions, o.HintPolicy, policyCost, policyMinBlocks, policyOff)
+	return nil, nil, fmt.Errorf("%w: --hint-policy %q: want %s, %s or %s", errOptions, o.HintPolicy, policyCost, policyMinBlocks, policyOff)
 }
 
 func (o *Options) check() error {
@@ -224,6 +240,9 @@ func (o *Options) check() error {
 	}
 	if o.HealthDownAfter < 1 {
 		return fmt.Errorf("%w: --health-down-after %d must be at least 1", errOptions, o.HealthDownAfter)
+	}
+	if err := o.PD.Check(); err != nil {
+		return fmt.Errorf("%w: %v", errOptions, err)
 	}
 	if o.BodyTimeout <= 0 {
 		return fmt.Errorf("%w: --body-timeout %v must be positive", errOptions, o.BodyTimeout)
@@ -351,7 +370,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	policy, err := o.hintPolicy()
+	policy, learner, err := o.hintPolicy()
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +459,10 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	up := &upstream.Client{IdleTimeout: o.UpstreamIdleTimeout}
 	svc.Server = &frontdoor.Server{Router: r, Tok: tok, Upstream: up, Metrics: frontdoor.NewMetrics(reg, up), Log: o.Log, Now: o.Now, Load: peers,
 		AllowTargetOverride: o.AllowTargetOverride, Replica: o.Replica, Trace: o.Trace, RetryReset: o.RetryReset,
-		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory}
+		BodyTimeout: o.BodyTimeout, MaxBodyMemory: o.MaxBodyMemory, PD: o.PD, Learn: learner}
+	if learner != nil {
+		admin.RegisterLearner(reg, learner)
+	}
 	var contexts *contextlen.Poller
 	if o.ContextEvery > 0 {
 		contexts = &contextlen.Poller{Router: r, Client: client, Every: o.ContextEvery, Log: o.Log}
@@ -451,7 +473,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	svc.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if adminLn != nil {
 		amux := http.NewServeMux()
-		(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Tokenizer: o.tokenizerName(), Check: check}).Mount(amux)
+		(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Learn: learner, Tokenizer: o.tokenizerName(), Check: check}).Mount(amux)
 		svc.adminHTTP = &http.Server{Handler: amux, ReadHeaderTimeout: 10 * time.Second}
 	}
 
@@ -490,7 +512,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		em := &enginemetrics.Poller{Router: r, Client: client, Interval: o.EngineMetricsInterval, Log: o.Log}
 		run(func() { em.Run(ctx) })
 	}
-	run(func() { housekeep(ctx, r, o) })
+	run(func() { housekeep(ctx, r, learner, o) })
 	if check != nil {
 		run(func() { check.Run(ctx) })
 	}
@@ -498,8 +520,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	return svc, nil
 }
 
-// housekeep expires what has a TTL and recounts block sizes.
-func housekeep(ctx context.Context, r *router.Router, o Options) {
+// housekeep expires what has a TTL, lets the hint learner's samples fade
+// and recounts block sizes.
+func housekeep(ctx context.Context, r *router.Router, l *hints.Learner, o Options) {
 	tick := time.NewTicker(o.Tick)
 	defer tick.Stop()
 	sizes := time.NewTicker(o.SizeEvery)
@@ -510,6 +533,9 @@ func housekeep(ctx context.Context, r *router.Router, o Options) {
 			return
 		case <-tick.C:
 			r.Expire(o.Now())
+			if l != nil {
+				l.Age(o.Now())
+			}
 		case <-sizes.C:
 			r.RefreshSizes()
 		}

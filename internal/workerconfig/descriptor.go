@@ -24,12 +24,15 @@ type RunnerMode string
 // in hints. Build one with FromSGLang, FromVLLM or Build; a descriptor from
 // them always passes Validate.
 type Descriptor struct {
-	Engine      Engine     `json:"engine"`
-	Model       string     `json:"model"`
-	WorkerType  WorkerType `json:"worker_type"`
-	RunnerMode  RunnerMode `json:"runner_mode"`
-	KVBlockSize int        `json:"kv_block_size"`
-	TPSize      int        `json:"tp_size"`
+	Engine     Engine     `json:"engine"`
+	Model      string     `json:"model"`
+	WorkerType WorkerType `json:"worker_type"`
+	// BootstrapPort is an SGLang prefill worker's bootstrap server port
+	// (disaggregation_bootstrap_port); 0 for other workers.
+	BootstrapPort int        `json:"bootstrap_port,omitempty"`
+	RunnerMode    RunnerMode `json:"runner_mode"`
+	KVBlockSize   int        `json:"kv_block_size"`
+	TPSize        int        `json:"tp_size"`
 
 	// The worker serves global DP ranks DPStart .. DPStart+DPSize-1.
 	DPStart int   `json:"dp_start"`
@@ -176,6 +179,10 @@ func (d *Descriptor) Validate() error {
 	case WorkerAggregated, WorkerPrefill, WorkerDecode:
 	default:
 		return descriptorErr("worker_type %q", d.WorkerType)
+	}
+	if sglPrefill := d.Engine == EngineSGLang && d.WorkerType == WorkerPrefill; sglPrefill != (d.BootstrapPort != 0) ||
+		d.BootstrapPort < 0 || d.BootstrapPort > 65535 {
+		return descriptorErr("bootstrap_port %d: an SGLang prefill worker has one in 1..65535, no other worker any", d.BootstrapPort)
 	}
 	switch d.RunnerMode {
 	case RunnerNone, RunnerLinker, RunnerHiCache, RunnerSecondaryTier:

@@ -79,6 +79,8 @@ func TestValidateCatchesBrokenDescriptors(t *testing.T) {
 		}, "carries hint runtime data"},
 		{"refused with owners", "pp2_refused", func(d *Descriptor) { d.OwnerIDs[0] = DeriveOwnerID(EngineSGLang, "m", 16, "tcp://10.0.0.7:1", 0) }, "owners"},
 		{"unknown worker type", "pp2_refused", func(d *Descriptor) { d.WorkerType = "agg" }, "worker_type"},
+		{"bootstrap port on an aggregated worker", "pp2_refused", func(d *Descriptor) { d.BootstrapPort = 8998 }, "bootstrap_port"},
+		{"SGLang prefill without a bootstrap port", "disagg_prefill", func(d *Descriptor) { d.BootstrapPort = 0 }, "bootstrap_port"},
 		{"zero block size", "pp2_refused", func(d *Descriptor) { d.KVBlockSize = 0 }, "kv_block_size 0"},
 	}
 	for _, tt := range tests {

@@ -64,6 +64,19 @@ func FromSGLang(serverInfo []byte, opt Options) (*Descriptor, error) {
 			return nil, err
 		}
 	}
+	if wt == WorkerPrefill {
+		// The decode worker asks the prefill's bootstrap server where a
+		// request's KV is; the router tells it the port.
+		d.BootstrapPort = DefaultSGLangBootstrapPort
+		if o.present(SGLangBootstrapPort) {
+			if d.BootstrapPort, err = portValue(o.m[SGLangBootstrapPort], SGLangBootstrapPort); err != nil {
+				return nil, err
+			}
+		}
+		if err := ports.addPort(d.BootstrapPort, SGLangBootstrapPort); err != nil {
+			return nil, err
+		}
+	}
 	start := 0
 	if opt.DPStart != nil {
 		start = *opt.DPStart

@@ -11,10 +11,11 @@ import (
 const defaultVLLMBlockSize = 16
 
 // FromVLLM reads vLLM engine arguments (as JSON, kv_transfer_config and
-// kv_events_config as objects or JSON text) into a descriptor. vLLM's
-// arguments do not carry the worker's role; Dynamo's is read from
-// worker_type or disaggregation_mode ("agg", "prefill", "decode"; absent
-// means aggregated). Errors and refusals are as for FromSGLang.
+// kv_events_config as objects or JSON text) into a descriptor. The
+// worker's role is Dynamo's, from worker_type or disaggregation_mode
+// ("agg", "prefill", "decode"), else what kv_transfer_config.kv_role
+// implies (kv_producer prefill, kv_consumer decode); kv_both, or nothing,
+// means aggregated. Errors and refusals are as for FromSGLang.
 func FromVLLM(engineArgs []byte, opt Options) (*Descriptor, error) {
 	o, err := decodeObject(engineArgs, "")
 	if err != nil {
@@ -134,17 +135,63 @@ func vllmWorkerType(o object) (WorkerType, error) {
 	if err != nil {
 		return "", err
 	}
-	if !o.present(VLLMDisaggregationMode) {
-		return wt, nil
+	if o.present(VLLMDisaggregationMode) {
+		mode, err := vllmRole(o, VLLMDisaggregationMode)
+		if err != nil {
+			return "", err
+		}
+		if o.present(VLLMWorkerType) && mode != wt {
+			return "", configErr(ErrUnsupportedOption, VLLMDisaggregationMode, "%s disagrees with %s %s; set one", mode, VLLMWorkerType, wt)
+		}
+		wt = mode
 	}
-	mode, err := vllmRole(o, VLLMDisaggregationMode)
-	if err != nil {
+	dynamo := o.present(VLLMWorkerType) || o.present(VLLMDisaggregationMode)
+	kv, err := vllmKVRole(o)
+	switch {
+	case err != nil:
+		return "", err
+	case kv == "":
+		// kv_both (NIXL's usual setting for both sides) or no connector:
+		// the KV role does not tell.
+	case !dynamo:
+		wt = kv
+	case kv != wt:
+		return "", configErr(ErrUnsupportedOption, VLLMKVTransferConfig+"."+VLLMKVRole,
+			"%s makes the engine a %s worker but its role is %s; make them agree", kvRoleOf(kv), kv, wt)
+	}
+	return wt, nil
+}
+
+// vllmKVRole is the worker type kv_transfer_config.kv_role implies:
+// kv_producer a prefill worker, kv_consumer a decode worker, "" when it
+// implies none (kv_both, or unset).
+func vllmKVRole(o object) (WorkerType, error) {
+	kt, ok, err := o.nested(VLLMKVTransferConfig)
+	if err != nil || !ok {
 		return "", err
 	}
-	if o.present(VLLMWorkerType) && mode != wt {
-		return "", configErr(ErrUnsupportedOption, VLLMDisaggregationMode, "%s disagrees with %s %s; set one", mode, VLLMWorkerType, wt)
+	switch v := kt.m[VLLMKVRole].(type) {
+	case nil:
+		return "", nil
+	case string:
+		switch v {
+		case kvRoleProducer:
+			return WorkerPrefill, nil
+		case kvRoleConsumer:
+			return WorkerDecode, nil
+		case kvRoleBoth:
+			return "", nil
+		}
 	}
-	return mode, nil
+	return "", configErr(ErrUnsupportedOption, kt.name(VLLMKVRole), "%s is not a KV role; use %q, %q or %q",
+		kindOrText(kt.m[VLLMKVRole]), kvRoleProducer, kvRoleConsumer, kvRoleBoth)
+}
+
+func kvRoleOf(t WorkerType) string {
+	if t == WorkerPrefill {
+		return kvRoleProducer
+	}
+	return kvRoleConsumer
 }
 
 func vllmRole(o object, key string) (WorkerType, error) {

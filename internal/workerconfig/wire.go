@@ -60,6 +60,9 @@ const (
 	disaggPrefill     = "prefill"
 	disaggDecode      = "decode"
 	vllmWorkerAgg     = "agg"
+	kvRoleProducer    = "kv_producer"
+	kvRoleConsumer    = "kv_consumer"
+	kvRoleBoth        = "kv_both"
 	schemeTCP         = "tcp://"
 	schemeIPC         = "ipc://"
 	schemeInproc      = "inproc://"
@@ -81,14 +84,18 @@ const (
 	SGLangNodeRank           = "node_rank"
 	SGLangTokenizerWorkerNum = "tokenizer_worker_num"
 	SGLangDisaggregationMode = "disaggregation_mode"
-	SGLangEnableLinker       = "enable_unified_cache_external_linker"
-	SGLangLinkerBackend      = "unified_cache_external_linker_backend"
-	SGLangHiCacheBackend     = "hicache_storage_backend"
-	SGLangHiCacheEnabled     = "enable_hierarchical_cache"
-	SGLangExtraConfig        = "hicache_storage_backend_extra_config"
-	SGLangKVEventsConfig     = "kv_events_config"
-	SGLangHost               = "host"
-	SGLangPort               = "port"
+	SGLangBootstrapPort      = "disaggregation_bootstrap_port"
+	// DefaultSGLangBootstrapPort is SGLang's disaggregation_bootstrap_port
+	// default.
+	DefaultSGLangBootstrapPort = 8998
+	SGLangEnableLinker         = "enable_unified_cache_external_linker"
+	SGLangLinkerBackend        = "unified_cache_external_linker_backend"
+	SGLangHiCacheBackend       = "hicache_storage_backend"
+	SGLangHiCacheEnabled       = "enable_hierarchical_cache"
+	SGLangExtraConfig          = "hicache_storage_backend_extra_config"
+	SGLangKVEventsConfig       = "kv_events_config"
+	SGLangHost                 = "host"
+	SGLangPort                 = "port"
 )
 
 // SGLang flag spellings, for guidance in error messages.
@@ -154,6 +161,7 @@ const (
 	VLLMKVEventsConfig     = "kv_events_config"
 	VLLMWorkerType         = "worker_type"         // Dynamo's role, not a vLLM argument
 	VLLMDisaggregationMode = "disaggregation_mode" // Dynamo's role flag spelling
+	VLLMKVRole             = "kv_role"             // in kv_transfer_config
 	VLLMHost               = "host"
 	VLLMPort               = "port"
 )
