@@ -42,7 +42,10 @@ The client and the null engine run in the same process and share its cores;
 they speak HTTP/1.1 on the socket themselves (as wrk would) so as to take
 little of them, while the router serves and forwards as it does in service. A
 second phase drives the same client straight at the null engine, and
-router_cpu_s_per_1k is the difference. Prompts are token ids unless --text.
+router_cpu_s_per_1k is the difference. Prompts are token ids unless --text or
+--tokenizer: then English words for the router to tokenize, with the embedded
+demo vocabulary or the --tokenizer given (mean_prompt_tokens says how many
+tokens they come to).
 The run takes setup time plus --warmup plus twice --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -82,7 +85,9 @@ The run takes setup time plus --warmup plus twice --duration.`,
 	f.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured load before the run")
 	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client connections, each sending its next request when answered")
 	f.IntVar(&cfg.PromptTokens, "prompt-tokens", cfg.PromptTokens, "prompt length: a third system prompt, half history, the rest a new turn")
-	f.BoolVar(&cfg.Text, "text", false, "send prompts as text for the router to tokenize (default: token ids)")
+	f.BoolVar(&cfg.Text, "text", false, "send prompts as text for the router to tokenize (default: token ids), with the demo tokenizer unless --tokenizer")
+	f.BoolVar(&cfg.NoPrefixCache, "no-prefix-cache", false, "tokenize every text prompt whole: the client cycles through 2,048 request bodies, so the tokenizer's prefix cache hits more than with real traffic")
+	f.StringVar(&cfg.Tokenizer, "tokenizer", "", "the router's tokenizer for text prompts, as 'kvrouter serve --tokenizer' takes it: a tokenizer.json or model directory (implies --text)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "workload seed")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the routed phase to this file")
 	f.StringVar(&memProfile, "memprofile", "", "write the routed phase's allocations (pprof allocs, -sample_index=alloc_space) to this file")

@@ -120,6 +120,18 @@ whole on the decode worker (vLLM) or an aggregated worker (SGLang). Clients'
 kv_transfer_params and bootstrap fields are dropped: the router owns
 disaggregation.
 
+Block identities come from token ids, so the router must tokenize exactly as
+the engines do. By default (--tokenizer engine) it asks a worker's POST
+/tokenize (answers cached, --tokenize-cache); SGLang's takes no chat messages,
+so chats bound for SGLang workers are then routed on load alone. With
+--tokenizer PATH (a tokenizer.json or a model directory) it tokenizes in
+process and renders chats with the model's own Jinja template, exactly as
+'kvrouter tokenize' shows. --tokenizer demo is the simulated fleet's
+(kvrouter mocker, kvrouter demo). Each model's tokenization is checked against
+one of its engines' /tokenize at start and every --tokenizer-check-interval:
+a mismatch is logged with its first differing position and sets
+kvrouter_tokenizer_mismatch{model}.
+
 Workers that die are marked down: at once when one refuses a connection, or
 after --health-down-after failed probes of its GET /health (every
 --health-interval; a timeout or a 5xx fails, any other answer passes). A down
@@ -152,7 +164,7 @@ A client may force the worker with the header x-kvrouter-target: <worker id>
 when --allow-target-override is set; a forced worker is tried even when down.`,
 		Example: `  kvrouter serve --worker url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557
   kvrouter serve --nats nats://nats:4222 --listen :8080 --hint-policy min-blocks --hint-min-blocks 4
-  kvrouter serve --events-bind 'tcp://*:5557' --worker url=http://10.0.0.6:8000 --tokenizer engine`,
+  kvrouter serve --worker url=http://10.0.0.6:8000,events=tcp://10.0.0.6:5557 --tokenizer ./Qwen3-8B`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyGC(*gcPercent); err != nil {
@@ -209,10 +221,11 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.StringSliceVar(&o.PeerAllow, "peer-allow", nil, "networks (CIDRs or addresses, comma-separated or repeated) whose runner endpoints any agent's registration may name in hints; "+
 		"by default only endpoints on the registering worker's own host (as its URL names it) are, and a registration naming another is routed without hints (kvrouter_peer_endpoints_refused_total)")
 	f.StringVar(&o.EventsBind, "events-bind", "", "endpoint to bind for engines that connect to the router service with their KV events, e.g. tcp://*:5557")
-	f.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "default (the embedded demo tokenizer), engine (ask a worker's POST /tokenize), or the path of a tokenizer.json")
+	f.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "engine (ask a worker's POST /tokenize, as vLLM and SGLang serve it; SGLang's renders no chats), a tokenizer.json or model directory (its tokenizer_config.json and chat template, as the engines load them), or demo (the simulated fleet's embedded tokenizer)")
 	f.IntVar(&o.TokenizeCache, "tokenize-cache", o.TokenizeCache, "answers kept by --tokenizer engine (LRU)")
-	f.StringVar(&o.ChatTemplate, "chat-template", o.ChatTemplate, "chat format: chatml, llama3, plain, or the path of a Go text/template file")
-	f.StringVar(&o.TokenizerConfig, "tokenizer-config", "", "tokenizer_config.json whose chat_template picks the chat format (overrides --chat-template)")
+	f.StringVar(&o.ChatTemplate, "chat-template", "", "with a local --tokenizer: a Jinja chat template file overriding the model's, as the engines' --chat-template, or a built-in format (chatml, qwen2, qwen2.5, qwen3, llama3, plain)")
+	f.StringVar(&o.TokenizerConfig, "tokenizer-config", "", "with --tokenizer PATH: the tokenizer_config.json to use (default: the one beside tokenizer.json in a model directory)")
+	f.DurationVar(&o.TokenizerCheck, "tokenizer-check-interval", o.TokenizerCheck, "check each model's tokenization against one of its engines' POST /tokenize at start and this often (kvrouter_tokenizer_mismatch, /debug/workers); 0 never")
 	f.Float64Var(&o.Temperature, "temperature", o.Temperature, "0 (the default) takes the cheapest rank, ties to the smaller cache then seeded by the request; T > 0 samples with p ∝ exp(-(cost-min)/((max-min)·T))")
 	f.Float64Var(&o.Weights.OverlapCredit, "overlap-credit", o.Weights.OverlapCredit, "cost credit per block cached on the rank's device")
 	f.Float64Var(&o.Weights.HostCredit, "host-credit", o.Weights.HostCredit, "cost credit per block restorable from host memory (incl. the rank's own runner)")

@@ -28,7 +28,10 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"--temperature", "-1"}, []string{"--temperature"}},
 		{[]string{"--approx-ttl", "0s"}, []string{"--approx-ttl"}},
 		{[]string{"--upstream-idle-timeout", "0s"}, []string{"--upstream-idle-timeout", "keep-alive"}},
-		{[]string{"--chat-template", "/nonexistent/t.tmpl"}, []string{"--chat-template", "chatml"}},
+		{[]string{"--tokenizer", "demo", "--chat-template", "/nonexistent/t.tmpl"}, []string{"--chat-template", "chatml"}},
+		{[]string{"--chat-template", "chatml"}, []string{"--chat-template", "--tokenizer PATH"}},
+		{[]string{"--tokenizer", "default"}, []string{"--tokenizer", "demo"}},
+		{[]string{"--tokenizer-check-interval", "-1s"}, []string{"--tokenizer-check-interval"}},
 		{[]string{"--tokenizer", "/nonexistent/tokenizer.json"}, []string{"--tokenizer", "/nonexistent/tokenizer.json"}},
 		{[]string{"--nats-listen", "nowhere"}, []string{"--nats-listen"}},
 		{[]string{"--log-level", "loud"}, []string{"--log-level"}},
@@ -63,7 +66,7 @@ func TestServeHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, flag := range []string{"listen", "nats", "nats-listen", "discovery-bucket", "lease", "worker", "events-bind", "tokenizer",
-		"tokenize-cache", "chat-template", "tokenizer-config", "temperature", "overlap-credit", "host-credit", "disk-credit",
+		"tokenize-cache", "chat-template", "tokenizer-config", "tokenizer-check-interval", "temperature", "overlap-credit", "host-credit", "disk-credit",
 		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-margin", "hint-bandwidth-gbps", "hint-setup-ms",
 		"hint-prefill-tokens-per-s", "kv-bytes-per-token", "approx-ttl", "detached-owner-ttl", "engine-metrics-interval",
 		"allow-target-override", "max-blocks", "replica", "log-level", "body-timeout", "max-body-memory", "admin-listen", "peer-allow",

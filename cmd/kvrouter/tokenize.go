@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -32,9 +33,12 @@ func newTokenizeCmd() *cobra.Command {
 vLLM and SGLang do, so that an operator can check that the router sees the ids
 the engine sees (compare with the engine's POST /tokenize).
 
+It loads and runs exactly what 'kvrouter serve --tokenizer' does.
+
 --tokenizer is a tokenizer.json, or a model directory holding tokenizer.json
 and, when present, tokenizer_config.json (special tokens, add_bos_token, the
-chat template) and chat_template.jinja (which wins over the config's template).
+chat template) and chat_template.jinja (which wins over the config's template);
+or "demo", the embedded tokenizer of the simulated fleet.
 
   --text, --text-file  a completion prompt. Special tokens (a BOS for most
                        models) are added only with --add-special-tokens, which
@@ -42,9 +46,10 @@ chat template) and chat_template.jinja (which wins over the config's template).
   --chat               an OpenAI chat completion request body (JSON): messages,
                        tools, chat_template_kwargs (e.g. {"enable_thinking":
                        false}), add_generation_prompt (default true),
-                       continue_final_message. It is rendered with the model's
-                       chat template and tokenized without adding special
-                       tokens, as engines do: the template carries them.
+                       continue_final_message, add_special_tokens (default
+                       false). It is rendered with the model's chat template
+                       and tokenized without adding special tokens, as engines
+                       do: the template carries them.
 
 With --json the output is one JSON object {"token_ids": [...], "text": "..."},
 where text is the rendered prompt for --chat and the input text otherwise.
@@ -65,7 +70,7 @@ unsupported tokenizer file, config or template, or a bad request.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer.json, or a model directory holding it (required)")
 	fl.StringVar(&f.config, "tokenizer-config", "", "tokenizer_config.json to use (default: the one beside tokenizer.json in a directory)")
-	fl.StringVar(&f.chatTemplate, "chat-template", "", "Jinja chat template file overriding the model's, as the engine's --chat-template")
+	fl.StringVar(&f.chatTemplate, "chat-template", "", "Jinja chat template file overriding the model's, as the engine's --chat-template (or a built-in format: "+strings.Join(tokenizer.TemplateNames(), ", ")+")")
 	fl.StringVar(&f.text, "text", "", "completion prompt text")
 	fl.StringVar(&f.textFile, "text-file", "", "file holding the completion prompt")
 	fl.StringVar(&f.chat, "chat", "", "file holding an OpenAI chat completion request body")
@@ -87,20 +92,10 @@ func runTokenize(w io.Writer, f tokenizeFlags) error {
 	if inputs != 1 {
 		return errors.New("give exactly one of --text, --text-file and --chat")
 	}
-	m, err := tokenizer.LoadModel(f.tokenizer, f.config)
+	// What serve loads and runs, so that this shows what it routes on.
+	local, err := frontdoor.LoadLocal(f.tokenizer, f.config, f.chatTemplate)
 	if err != nil {
-		return fmt.Errorf("--tokenizer %s: %w", f.tokenizer, err)
-	}
-	if f.chatTemplate != "" {
-		src, err := os.ReadFile(f.chatTemplate)
-		if err != nil {
-			return fmt.Errorf("--chat-template: %w", err)
-		}
-		t, err := tokenizer.NewChatTemplate(string(src))
-		if err != nil {
-			return fmt.Errorf("--chat-template %s: %w", f.chatTemplate, err)
-		}
-		m.SetChatTemplate(t)
+		return err
 	}
 	var out struct {
 		TokenIDs []uint32 `json:"token_ids"`
@@ -115,11 +110,11 @@ func runTokenize(w io.Writer, f tokenizeFlags) error {
 		if err != nil {
 			return fmt.Errorf("--chat: %w", err)
 		}
-		req, err := tokenizer.ParseChatRequest(body)
+		req, add, err := frontdoor.ParseChat(body)
 		if err != nil {
 			return fmt.Errorf("--chat %s: %w", f.chat, err)
 		}
-		if out.Text, out.TokenIDs, err = m.EncodeChat(req); err != nil {
+		if out.Text, out.TokenIDs, err = local.Chat(req, add); err != nil {
 			return fmt.Errorf("--chat %s: %w", f.chat, err)
 		}
 	default:
@@ -131,7 +126,7 @@ func runTokenize(w io.Writer, f tokenizeFlags) error {
 			}
 			out.Text = string(b)
 		}
-		out.TokenIDs = m.EncodeText(out.Text, f.addSpecial)
+		out.TokenIDs = local.Text(out.Text, f.addSpecial)
 	}
 	if out.TokenIDs == nil {
 		out.TokenIDs = []uint32{}

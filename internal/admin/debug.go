@@ -15,6 +15,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/router"
+	"kvrouter/internal/tokcheck"
 )
 
 // Views serves one router service's operator views.
@@ -24,6 +25,11 @@ type Views struct {
 	Front *frontdoor.Server
 	// Gatherer holds every metric /metrics exposes.
 	Gatherer prometheus.Gatherer
+	// Tokenizer says what the router tokenizes with (--tokenizer); Check,
+	// when set, holds the last check of each model's tokenization against
+	// an engine's.
+	Tokenizer string
+	Check     *tokcheck.Checker
 	// Learn, when set, is the hint learner whose estimates /debug/workers
 	// shows.
 	Learn *hints.Learner
@@ -262,6 +268,13 @@ type ownerJSON struct {
 	Blocks    blocksJSON `json:"blocks"`
 }
 
+// tokenizerJSON is what the router tokenizes with and how each model's
+// last check against an engine's /tokenize went.
+type tokenizerJSON struct {
+	Tokenizer string            `json:"tokenizer"`
+	Checks    []tokcheck.Status `json:"checks"`
+}
+
 type workerJSON struct {
 	ID         string      `json:"id"`
 	Model      string      `json:"model"`
@@ -328,10 +341,15 @@ func (v *Views) debugWorkers(w http.ResponseWriter, _ *http.Request) {
 	ws, detached := v.Router.View()
 	out := struct {
 		DiscoveryLive  bool           `json:"discovery_live"`
+		Tokenizer      tokenizerJSON  `json:"tokenizer"`
 		Workers        []workerJSON   `json:"workers"`
 		DetachedOwners []ownerJSON    `json:"detached_owners"`
 		HintEstimates  *estimatesJSON `json:"hint_estimates,omitempty"`
-	}{DiscoveryLive: v.Router.Stats().DiscoveryLive, Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
+	}{DiscoveryLive: v.Router.Stats().DiscoveryLive, Tokenizer: tokenizerJSON{Tokenizer: v.Tokenizer, Checks: []tokcheck.Status{}},
+		Workers: []workerJSON{}, DetachedOwners: []ownerJSON{}}
+	if v.Check != nil {
+		out.Tokenizer.Checks = v.Check.Statuses()
+	}
 	if v.Learn != nil {
 		out.HintEstimates = estimatesOf(v.Learn)
 	}

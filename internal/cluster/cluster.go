@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -391,8 +392,13 @@ func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
 	name := "router-" + strconv.Itoa(c.routersStarted)
 	c.routersStarted++
 	c.mu.Unlock()
-	args := append([]string{"serve", "--listen", hostPort(port), "--admin-listen", hostPort(port + 1), "--nats", c.bus.URL,
-		"--log-level", c.opts.LogLevel}, flags...)
+	args := []string{"serve", "--listen", hostPort(port), "--admin-listen", hostPort(port + 1), "--nats", c.bus.URL,
+		"--log-level", c.opts.LogLevel}
+	if !slices.Contains(flags, "--tokenizer") {
+		// The simulated engines tokenize with the embedded demo tokenizer.
+		args = append(args, "--tokenizer", "demo")
+	}
+	args = append(args, flags...)
 	p, err := startProc(c.bin, c.logDir, name, args)
 	if err != nil {
 		return Router{}, err

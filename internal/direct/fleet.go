@@ -62,9 +62,16 @@ func (f *Fleet) Run(ctx context.Context) {
 func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 	spec := fw.spec
 	model := spec.model
+	var loras []string
+	if model != "" {
+		// Its LoRA adapters, if it says.
+		if listed, adapters, err := askModel(ctx, f.Client, spec.url); err == nil && listed == model {
+			loras = adapters
+		}
+	}
 	for delay := 250 * time.Millisecond; model == ""; delay = min(2*delay, 5*time.Second) {
 		var err error
-		if model, err = askModel(ctx, f.Client, spec.url); err == nil {
+		if model, loras, err = askModel(ctx, f.Client, spec.url); err == nil {
 			break
 		}
 		f.Log.Warn("worker: waiting for its /v1/models to name the model (or give model= in --worker)",
@@ -75,11 +82,13 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 		case <-time.After(delay):
 		}
 	}
-	if err := f.Router.Upsert(spec.worker(model, spec.events != ""), f.Now()); err != nil {
+	w := spec.worker(model, spec.events != "")
+	w.LoRAs = loras
+	if err := f.Router.Upsert(w, f.Now()); err != nil {
 		f.Log.Error("worker: cannot add", "worker", spec.ID, "err", err)
 		return
 	}
-	f.Log.Info("worker: added", "worker", spec.ID, "model", model, "mode", modeOf(spec.events != ""))
+	f.Log.Info("worker: added", "worker", spec.ID, "model", model, "lora_adapters", loras, "mode", modeOf(spec.events != ""))
 	f.mu.Lock()
 	fw.model = model
 	f.mu.Unlock()
@@ -259,36 +268,46 @@ func itemKey(it kvstream.Item) string {
 	return ""
 }
 
-// askModel reads the first model a worker's /v1/models lists.
-func askModel(ctx context.Context, c *http.Client, base string) (string, error) {
+// askModel reads the first model a worker's /v1/models lists, and the
+// LoRA adapters it lists with that model as their parent (vLLM's
+// --lora-modules).
+func askModel(ctx context.Context, c *http.Client, base string) (string, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("/v1/models: %s", resp.Status)
+		return "", nil, fmt.Errorf("/v1/models: %s", resp.Status)
 	}
 	var list struct {
 		Data []struct {
-			ID string `json:"id"`
+			ID     string `json:"id"`
+			Parent string `json:"parent"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &list); err != nil {
-		return "", fmt.Errorf("/v1/models: %w", err)
+		return "", nil, fmt.Errorf("/v1/models: %w", err)
 	}
 	if len(list.Data) == 0 || list.Data[0].ID == "" {
-		return "", fmt.Errorf("/v1/models lists no model")
+		return "", nil, fmt.Errorf("/v1/models lists no model")
 	}
-	return list.Data[0].ID, nil
+	model := list.Data[0].ID
+	var loras []string
+	for _, m := range list.Data[1:] {
+		if m.Parent == model && m.ID != "" {
+			loras = append(loras, m.ID)
+		}
+	}
+	return model, loras, nil
 }

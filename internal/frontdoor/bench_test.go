@@ -35,7 +35,7 @@ func benchChat(b *testing.B) []byte {
 // (tokenize), the same for a completion sent as token ids (ids), then the
 // forwarded body with a hint, the DP rank and the usage request (body).
 func BenchmarkFrontDoor(b *testing.B) {
-	s := &Server{Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Metrics: NewMetrics(prometheus.NewRegistry(), nil), Log: quiet()}
+	s := &Server{Tok: &Local{Model: tokenizer.Demo()}, Metrics: NewMetrics(prometheus.NewRegistry(), nil), Log: quiet()}
 	body := benchChat(b)
 	req := httptest.NewRequest("POST", "/v1/chat/completions", nil)
 	p, aerr := s.prepare(req, body, KindChat, nil)

@@ -58,7 +58,7 @@ func newFront(t *testing.T, engine http.Handler, edit func(*Server)) *front {
 	}
 	up := &upstream.Client{IdleTimeout: time.Second}
 	t.Cleanup(up.CloseIdle)
-	f := &front{s: &Server{Router: r, Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Upstream: up,
+	f := &front{s: &Server{Router: r, Tok: &Local{Model: tokenizer.Demo()}, Upstream: up,
 		Metrics: NewMetrics(prometheus.NewRegistry(), nil), Log: quiet(), Now: time.Now, Load: noLoad{}}}
 	if edit != nil {
 		edit(f.s)

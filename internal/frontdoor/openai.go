@@ -173,7 +173,7 @@ func parseMembers(kind Kind, w map[string]json.RawMessage, tokens []uint32) (*Re
 // one worker, so it is routed by its first prompt.
 func (r *Request) parsePrompt(raw json.RawMessage, tokens []uint32) error {
 	if raw[0] == '"' {
-		return json.Unmarshal(raw, &r.Prompt)
+		return unmarshalString(raw, &r.Prompt)
 	}
 	// Only the first item matters: no need to split a long list of ids.
 	first, ok := firstElement(raw)
@@ -185,7 +185,7 @@ func (r *Request) parsePrompt(raw json.RawMessage, tokens []uint32) error {
 	}
 	switch first[0] {
 	case '"':
-		if err := json.Unmarshal(first, &r.Prompt); err != nil {
+		if err := unmarshalString(first, &r.Prompt); err != nil {
 			return fmt.Errorf("%w: prompt[0]: %v", ErrBadRequest, err)
 		}
 		return nil

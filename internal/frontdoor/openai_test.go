@@ -361,7 +361,7 @@ func TestParseCleanTakes(t *testing.T) {
 // request whether the members are appended (none was there) or edited in
 // place of the client's, and means what the full edit would.
 func TestUpstreamBody(t *testing.T) {
-	s := &Server{Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Metrics: NewMetrics(prometheus.NewRegistry(), nil), Log: quiet()}
+	s := &Server{Tok: &Local{Model: tokenizer.Demo()}, Metrics: NewMetrics(prometheus.NewRegistry(), nil), Log: quiet()}
 	d := &router.Decision{Target: router.Target{Rank: 3, Worker: router.Worker{Engine: router.EngineSGLang, DPStart: 2, Placement: hints.PlaceSGLang}},
 		HintDecision: hints.Decision{Reason: hints.ReasonDisabled}}
 	for _, body := range []string{

@@ -15,7 +15,7 @@ import (
 )
 
 func pdServer() *Server {
-	return &Server{Tok: &Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}, Metrics: NewMetrics(prometheus.NewRegistry(), nil), Log: quiet()}
+	return &Server{Tok: &Local{Model: tokenizer.Demo()}, Metrics: NewMetrics(prometheus.NewRegistry(), nil), Log: quiet()}
 }
 
 // TestClientTransferFieldsDropped: whatever a client writes to steer the

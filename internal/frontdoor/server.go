@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -284,7 +286,7 @@ func (s *Server) plan(p *prepared, exclude []string, explain bool) (*router.Plan
 
 // request is what the decision core is asked about p.
 func (p *prepared) request(exclude []string, explain bool) router.Request {
-	return router.Request{Model: p.req.Model, Tokens: p.tokens, Salt: p.req.Salt,
+	return router.Request{Model: p.req.Model, LoRA: p.req.loraPath(), Tokens: p.tokens, Salt: p.req.Salt,
 		Exclude: exclude, Target: p.forced, Explain: explain}
 }
 
@@ -399,10 +401,16 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		Object  string `json:"object"`
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
+		Parent  string `json:"parent,omitempty"`
 	}
 	data := []card{}
 	for _, m := range s.Router.Models() {
 		data = append(data, card{ID: m, Object: "model", OwnedBy: "kvrouter"})
+	}
+	// LoRA adapters as vLLM lists them: by name, with their base model.
+	adapters := s.Router.Adapters()
+	for _, a := range slices.Sorted(maps.Keys(adapters)) {
+		data = append(data, card{ID: a, Object: "model", OwnedBy: "kvrouter", Parent: adapters[a]})
 	}
 	WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }

@@ -1,4 +1,4 @@
-// This file holds the tokenizers: in process with a chat template, or an engine's /tokenize.
+// This file holds the engine tokenizer: a worker's POST /tokenize, its answers cached.
 
 package frontdoor
 
@@ -11,14 +11,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
-
-	"kvrouter/internal/tokenizer"
 )
 
 // Tokenizer turns a request into the token ids its engine will see. Token
@@ -35,79 +32,86 @@ var (
 	_ Tokenizer = (*Engine)(nil)
 )
 
-// Local tokenizes in process with a Hugging Face tokenizer and a chat
-// template.
-type Local struct {
-	Tok      *tokenizer.Tokenizer
-	Template tokenizer.Template
-}
-
-func (l *Local) Tokenize(_ context.Context, req *Request) ([]uint32, error) {
-	if req.HasTokens {
-		return req.Tokens, nil
-	}
-	if req.Kind == KindCompletion {
-		if err := checkContextBytes(req.Model, req.Prompt, req.context, l.Tok.MaxBytesPerToken()); err != nil {
-			return nil, err
-		}
-		return l.Tok.Encode(req.Prompt, true), nil
-	}
-	if req.Messages == nil {
-		return nil, nil
-	}
-	text, err := l.Template.Render(req.Messages, req.AddGenerationPrompt)
-	if err != nil {
-		return nil, fmt.Errorf("%w: messages: %v", ErrBadRequest, err)
-	}
-	// The rendered text, not the messages: a template may trim them.
-	if err := checkContextBytes(req.Model, text, req.context, l.Tok.MaxBytesPerToken()); err != nil {
-		return nil, err
-	}
-	// The template carries its own special tokens, as engines assume.
-	return l.Tok.Encode(text, false), nil
-}
-
-// Engine asks a worker serving the request's model (vLLM's POST /tokenize,
-// which our simulated engine also answers) and keeps the answers in a
-// bounded LRU: the router must agree with the engine token for token, and
-// the engine's own tokenizer is the only sure way.
+// Engine asks a worker serving the request's model (POST /tokenize, which
+// vLLM and SGLang serve, and so does our simulated engine) and keeps the
+// answers in a bounded LRU: the engine's own tokenizer is sure to agree with
+// the engine. SGLang's /tokenize takes a prompt only, so chats bound for
+// SGLang workers are routed on load alone.
 type Engine struct {
 	Client *http.Client
-	// URLs returns the HTTP fronts of the workers serving model.
-	URLs func(model string) []string
+	// Targets returns the workers serving model.
+	Targets func(model string) []EngineTarget
 
 	next  atomic.Uint64
 	mu    sync.Mutex
 	cache *lru
 }
 
-// NewEngine returns an engine tokenizer caching up to size answers.
-func NewEngine(client *http.Client, urls func(string) []string, size int) *Engine {
-	return &Engine{Client: client, URLs: urls, cache: newLRU(size)}
+// EngineTarget is a worker Engine may ask.
+type EngineTarget struct {
+	URL string
+	// Chats says the worker's /tokenize renders chat messages (vLLM's
+	// does, SGLang's does not).
+	Chats bool
 }
 
-// errTokenize is an engine that could not tokenize a request.
-var errTokenize = errors.New("engine tokenization failed")
+// NewEngine returns an engine tokenizer caching up to size answers.
+func NewEngine(client *http.Client, targets func(string) []EngineTarget, size int) *Engine {
+	return &Engine{Client: client, Targets: targets, cache: newLRU(size)}
+}
 
-type tokenizeBody struct {
-	Model               string          `json:"model"`
-	Prompt              *string         `json:"prompt,omitempty"`
-	Messages            json.RawMessage `json:"messages,omitempty"`
-	AddSpecialTokens    bool            `json:"add_special_tokens"`
-	AddGenerationPrompt *bool           `json:"add_generation_prompt,omitempty"`
+var (
+	// errTokenize is an engine that could not tokenize a request.
+	errTokenize = errors.New("engine tokenization failed")
+	// ErrNoChatTokenize is a chat for workers whose /tokenize takes no
+	// messages.
+	ErrNoChatTokenize = errors.New("the workers' /tokenize does not render chats (SGLang's takes a prompt only); give --tokenizer the model's tokenizer files")
+)
+
+// TokenizeQuery is a POST /tokenize body: vLLM's TokenizeCompletionRequest
+// (Prompt) or TokenizeChatRequest (Messages and what else shapes the
+// prompt); SGLang's takes the first form only.
+type TokenizeQuery struct {
+	Model                string          `json:"model"`
+	Prompt               *string         `json:"prompt,omitempty"`
+	Messages             json.RawMessage `json:"messages,omitempty"`
+	Tools                json.RawMessage `json:"tools,omitempty"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs,omitempty"`
+	AddSpecialTokens     bool            `json:"add_special_tokens"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt,omitempty"`
+	ContinueFinalMessage bool            `json:"continue_final_message,omitempty"`
+}
+
+// queryOf is the /tokenize body for a request, with the engines' defaults
+// for add_special_tokens: true for completions, false for chats.
+func queryOf(req *Request) (*TokenizeQuery, error) {
+	q := &TokenizeQuery{Model: req.Model}
+	var err error
+	if q.AddSpecialTokens, err = boolean(req.top[keyAddSpecialTokens], keyAddSpecialTokens, req.Kind == KindCompletion); err != nil {
+		return nil, err
+	}
+	if req.Kind == KindCompletion {
+		q.Prompt = &req.Prompt
+		return q, nil
+	}
+	cr, err := chatRequestOf(req.top, req.RawMessages, req.AddGenerationPrompt)
+	if err != nil {
+		return nil, err
+	}
+	q.Messages, q.Tools, q.ChatTemplateKwargs = cr.Messages, cr.Tools, cr.ChatTemplateKwargs
+	q.AddGenerationPrompt, q.ContinueFinalMessage = cr.AddGenerationPrompt, cr.ContinueFinalMessage
+	return q, nil
 }
 
 func (e *Engine) Tokenize(ctx context.Context, req *Request) ([]uint32, error) {
 	if req.HasTokens {
 		return req.Tokens, nil
 	}
-	body := tokenizeBody{Model: req.Model}
-	if req.Kind == KindCompletion {
-		body.Prompt, body.AddSpecialTokens = &req.Prompt, true
-	} else {
-		body.Messages, body.AddGenerationPrompt = req.RawMessages, &req.AddGenerationPrompt
+	q, err := queryOf(req)
+	if err != nil {
+		return nil, err
 	}
-	raw, err := json.Marshal(body)
+	raw, err := json.Marshal(q)
 	if err != nil {
 		return nil, err
 	}
@@ -118,15 +122,20 @@ func (e *Engine) Tokenize(ctx context.Context, req *Request) ([]uint32, error) {
 	if ok {
 		return toks, nil
 	}
-	urls := e.URLs(req.Model)
-	if len(urls) == 0 {
+	targets := e.Targets(req.Model)
+	if len(targets) == 0 {
 		return nil, fmt.Errorf("%w: no worker serves model %q", errTokenize, req.Model)
 	}
 	var errs []error
 	start := int(e.next.Add(1))
-	for i := range urls {
-		u := urls[(start+i)%len(urls)]
-		toks, err := e.ask(ctx, u, raw)
+	asked := 0
+	for i := range targets {
+		t := targets[(start+i)%len(targets)]
+		if q.Prompt == nil && !t.Chats {
+			continue
+		}
+		asked++
+		toks, err := askTokenize(ctx, e.Client, t.URL, raw)
 		if err == nil {
 			e.mu.Lock()
 			e.cache.put(key, toks)
@@ -138,16 +147,28 @@ func (e *Engine) Tokenize(ctx context.Context, req *Request) ([]uint32, error) {
 		}
 		errs = append(errs, err)
 	}
+	if asked == 0 {
+		return nil, fmt.Errorf("%w: model %q: %w", errTokenize, req.Model, ErrNoChatTokenize)
+	}
 	return nil, fmt.Errorf("%w: %w", errTokenize, errors.Join(errs...))
 }
 
-func (e *Engine) ask(ctx context.Context, base string, body []byte) ([]uint32, error) {
+// AskTokenize asks the engine at base to tokenize q.
+func AskTokenize(ctx context.Context, c *http.Client, base string, q *TokenizeQuery) ([]uint32, error) {
+	raw, err := json.Marshal(q)
+	if err != nil {
+		return nil, err
+	}
+	return askTokenize(ctx, c, base, raw)
+}
+
+func askTokenize(ctx context.Context, c *http.Client, base string, body []byte) ([]uint32, error) {
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/tokenize", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	resp, err := e.Client.Do(hr)
+	resp, err := c.Do(hr)
 	if err != nil {
 		return nil, err
 	}
@@ -211,45 +232,4 @@ func (c *lru) put(key string, toks []uint32) {
 		c.order.Remove(old)
 		delete(c.items, old.Value.(*lruItem).key)
 	}
-}
-
-// Tokenizer flag values besides a path.
-const (
-	TokenizerDefault = "default"
-	TokenizerEngine  = "engine"
-)
-
-// LoadTemplate resolves --chat-template and --tokenizer-config: a
-// tokenizer_config.json's chat_template is matched against the built-in
-// formats; otherwise the name of a built-in format, or the path of a Go
-// text/template file.
-func LoadTemplate(name, tokenizerConfig string) (tokenizer.Template, error) {
-	if tokenizerConfig != "" {
-		b, err := os.ReadFile(tokenizerConfig)
-		if err != nil {
-			return nil, fmt.Errorf("--tokenizer-config: %w", err)
-		}
-		text, err := tokenizer.ConfigChatTemplate(b)
-		if err != nil {
-			return nil, fmt.Errorf("--tokenizer-config %s: %w", tokenizerConfig, err)
-		}
-		t, err := tokenizer.DetectTemplate(text)
-		if err != nil {
-			return nil, fmt.Errorf("--tokenizer-config %s: %w (give --chat-template a built-in name or a Go template file instead)", tokenizerConfig, err)
-		}
-		return t, nil
-	}
-	if t, err := tokenizer.TemplateByName(name); err == nil {
-		return t, nil
-	}
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("--chat-template %q: not one of %v and not a readable Go template file: %w",
-			name, tokenizer.TemplateNames(), err)
-	}
-	t, err := tokenizer.NewTemplate(name, string(b))
-	if err != nil {
-		return nil, fmt.Errorf("--chat-template %s: %w", name, err)
-	}
-	return t, nil
 }

@@ -8,15 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
-
-	"kvrouter/internal/tokenizer"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -120,7 +116,9 @@ func TestEngineTokenizer(t *testing.T) {
 	})
 	e := httptest.NewServer(mux)
 	t.Cleanup(e.Close)
-	tok := NewEngine(&http.Client{}, func(string) []string { return []string{"http://127.0.0.1:1", e.URL} }, 8)
+	tok := NewEngine(&http.Client{}, func(string) []EngineTarget {
+		return []EngineTarget{{URL: "http://127.0.0.1:1", Chats: true}, {URL: e.URL, Chats: true}}
+	}, 8)
 	ctx := context.Background()
 	req := &Request{Kind: KindCompletion, Model: "demo", Prompt: "ab"}
 	for range 3 {
@@ -136,41 +134,8 @@ func TestEngineTokenizer(t *testing.T) {
 	if got, _ := tok.Tokenize(ctx, ids); !reflect.DeepEqual(got, []uint32{5}) || asked.Load() != 1 {
 		t.Fatalf("token ids: %v", got)
 	}
-	dead := NewEngine(&http.Client{}, func(string) []string { return []string{"http://127.0.0.1:1"} }, 8)
+	dead := NewEngine(&http.Client{}, func(string) []EngineTarget { return []EngineTarget{{URL: "http://127.0.0.1:1"}} }, 8)
 	if _, err := dead.Tokenize(ctx, req); !errors.Is(err, errTokenize) {
 		t.Fatalf("no engine: %v", err)
-	}
-}
-
-func TestLoadTemplate(t *testing.T) {
-	dir := t.TempDir()
-	goTmpl := filepath.Join(dir, "t.tmpl")
-	os.WriteFile(goTmpl, []byte(`{{range .Messages}}[{{.Role}}]{{.Content}}{{end}}`), 0o644)
-	cfg := filepath.Join(dir, "tokenizer_config.json")
-	os.WriteFile(cfg, []byte(`{"chat_template":"{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"}`), 0o644)
-	msgs := []tokenizer.Message{{Role: "user", Content: "hi"}}
-	tests := []struct {
-		name, cfg, want, err string
-	}{
-		{name: "plain", want: "user: hi\n"},
-		{name: goTmpl, want: "[user]hi"},
-		{name: "chatml", cfg: cfg, want: "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"},
-		{name: "nope", err: "--chat-template"},
-	}
-	for _, tc := range tests {
-		tmpl, err := LoadTemplate(tc.name, tc.cfg)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("%s: err %v", tc.name, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		got, err := tmpl.Render(msgs, false)
-		if err != nil || !strings.Contains(got, tc.want) {
-			t.Fatalf("%s: %q %v, want %q", tc.name, got, err, tc.want)
-		}
 	}
 }

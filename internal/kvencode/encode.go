@@ -283,16 +283,21 @@ func (e *Encoder) appendStored(b []byte, ev *kvevents.Event, sglang bool) ([]byt
 	default:
 		key(kvevents.KeyLoRAName)
 		b = appendNilStr(b, ev.LoRAName)
-		// vLLM sends one extra-keys entry per block: nil, or for a root
-		// block of a salted request the salt (after the LoRA name).
+		// vLLM sends one extra-keys entry per block: nil, or the keys it
+		// hashed with the block's tokens: the LoRA name on every block of
+		// an adapter's request, then on a salted request's root block the
+		// salt.
 		key(kvevents.KeyExtraKeys)
 		b = appendArrayLen(b, len(ev.BlockHashes))
 		for i := range ev.BlockHashes {
+			salted := i == 0 && ev.CacheSalt != ""
 			switch {
-			case i == 0 && ev.CacheSalt != "" && ev.LoRAName != "":
+			case salted && ev.LoRAName != "":
 				b = appendStr(appendStr(appendArrayLen(b, 2), ev.LoRAName), ev.CacheSalt)
-			case i == 0 && ev.CacheSalt != "":
+			case salted:
 				b = appendStr(appendArrayLen(b, 1), ev.CacheSalt)
+			case ev.LoRAName != "":
+				b = appendStr(appendArrayLen(b, 1), ev.LoRAName)
 			default:
 				b = append(b, 0xc0)
 			}

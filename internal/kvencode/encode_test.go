@@ -227,3 +227,35 @@ func TestAppendIntForms(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeLoRAExtraKeys: vLLM hashes an adapter's name with every block
+// of its requests, and the salt with a salted root block only, and says so
+// in extra_keys.
+func TestEncodeLoRAExtraKeys(t *testing.T) {
+	for _, tc := range []struct {
+		ev   kvevents.Event
+		want []any
+	}{
+		{kvevents.Event{HasParent: true, ParentHash: 4, LoRAName: "sql"}, []any{[]any{"sql"}, []any{"sql"}}},
+		{kvevents.Event{LoRAName: "sql", CacheSalt: "tenant-a"}, []any{[]any{"sql", "tenant-a"}, []any{"sql"}}},
+		{kvevents.Event{CacheSalt: "tenant-a"}, []any{[]any{"tenant-a"}, nil}},
+		{kvevents.Event{}, []any{nil, nil}},
+	} {
+		ev := tc.ev
+		ev.Kind, ev.BlockHashes, ev.TokenIDs, ev.BlockSize, ev.Medium = kvevents.KindStored, []uint64{5, 6}, []uint32{1, 2}, 1, "GPU"
+		payload := mustEncode(t, VLLMMap, kvevents.Batch{Events: []kvevents.Event{ev}})
+		var raw []any
+		if err := msgpack.Unmarshal(payload, &raw); err != nil {
+			t.Fatal(err)
+		}
+		stored := raw[1].([]any)[0].(map[string]any)
+		if got := stored[kvevents.KeyExtraKeys]; !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%+v: extra_keys %#v, want %#v", tc.ev, got, tc.want)
+		}
+		var d kvevents.Decoder
+		b, err := d.Decode(payload)
+		if err != nil || b.Events[0].LoRAName != tc.ev.LoRAName || b.Events[0].CacheSalt != tc.ev.CacheSalt || b.Events[0].BlockExtra != nil {
+			t.Errorf("%+v: decoded %+v, %v", tc.ev, b.Events, err)
+		}
+	}
+}

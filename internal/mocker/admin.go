@@ -14,19 +14,25 @@ type modelList struct {
 }
 
 type modelCard struct {
-	ID          string `json:"id"`
-	Object      string `json:"object"`
-	Created     int64  `json:"created"`
-	OwnedBy     string `json:"owned_by"`
-	Root        string `json:"root"`
-	MaxModelLen int    `json:"max_model_len"`
+	ID          string  `json:"id"`
+	Object      string  `json:"object"`
+	Created     int64   `json:"created"`
+	OwnedBy     string  `json:"owned_by"`
+	Root        string  `json:"root"`
+	Parent      *string `json:"parent"`
+	MaxModelLen int     `json:"max_model_len"`
 }
 
 func (e *Engine) handleModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: objectList, Data: []modelCard{{
-		ID: e.cfg.Model, Object: objectModel, Created: e.cfg.Clock.Now().Unix(), OwnedBy: ownedBy,
-		Root: e.cfg.Model, MaxModelLen: e.cfg.MaxModelLen,
-	}}})
+	created := e.cfg.Clock.Now().Unix()
+	cards := []modelCard{{ID: e.cfg.Model, Object: objectModel, Created: created, OwnedBy: ownedBy,
+		Root: e.cfg.Model, MaxModelLen: e.cfg.MaxModelLen}}
+	// LoRA adapters as vLLM lists them: the base model as their parent.
+	for _, a := range e.cfg.LoRAs {
+		cards = append(cards, modelCard{ID: a, Object: objectModel, Created: created, OwnedBy: ownedBy,
+			Root: a, Parent: &e.cfg.Model, MaxModelLen: e.cfg.MaxModelLen})
+	}
+	writeJSON(w, http.StatusOK, modelList{Object: objectList, Data: cards})
 }
 
 // tokenizeResponse follows vLLM's /tokenize.

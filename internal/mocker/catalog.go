@@ -10,6 +10,7 @@ type blockMeta struct {
 	hasParent bool
 	tokens    []uint32
 	salt      string
+	lora      string
 }
 
 // catalog remembers the tokens and parent of every block a DP rank holds
@@ -38,7 +39,7 @@ func (c *catalog) pin(seq *Seq, bs int) {
 	for i, k := range seq.Keys {
 		e := c.m[k]
 		if e == nil {
-			e = &catalogEntry{meta: blockMeta{tokens: append([]uint32(nil), seq.Tokens[i*bs:(i+1)*bs]...), salt: seq.Salt}}
+			e = &catalogEntry{meta: blockMeta{tokens: append([]uint32(nil), seq.Tokens[i*bs:(i+1)*bs]...), salt: seq.Salt, lora: seq.LoRA}}
 			if i > 0 {
 				e.meta.parent, e.meta.hasParent = seq.Keys[i-1], true
 			}

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvhash"
 	"kvrouter/internal/runner"
+	"kvrouter/internal/tokenizer"
 )
 
 // ErrConfig is wrapped by every configuration error; the message names the
@@ -54,8 +57,10 @@ const (
 	DefaultRestorePerToken  = 5 * time.Microsecond
 	DefaultEventsEndpoint   = "tcp://*:5557"
 	DefaultReplayEndpoint   = "tcp://*:5657"
-	DefaultChatTemplate     = "chatml"
-	maxTP                   = 64 // the catalog keeps one bit per TP shard
+	// DefaultChatTemplate is the demo tokenizer's format; a --tokenizer's
+	// model renders chats with its own template.
+	DefaultChatTemplate = "chatml"
+	maxTP               = 64 // the catalog keeps one bit per TP shard
 )
 
 // Config configures an Engine. Zero fields take the defaults above, except
@@ -118,6 +123,17 @@ type Config struct {
 	// of binding EventsEndpoint; the topic defaults to kv@<host>:<port>@<model>.
 	EventsConnect string
 
+	// Tokenizer is the model's tokenizer: a tokenizer.json or a model
+	// directory (with tokenizer_config.json and its chat template), as
+	// the engine loads them; "" is the embedded demo tokenizer.
+	Tokenizer string
+	// LoRAs are the LoRA adapters served besides Model, by the names
+	// requests give them (vLLM's --lora-modules NAME=PATH, SGLang's
+	// --lora-paths NAME=PATH).
+	LoRAs []string
+
+	// ChatTemplate overrides the model's chat template: a built-in format
+	// (chatml, qwen2, qwen2.5, qwen3, llama3, plain) or a Jinja file.
 	ChatTemplate string
 
 	// Role is the engine's part in disaggregated serving: RoleAggregated
@@ -179,9 +195,6 @@ func (c *Config) setDefaults() {
 	if c.ReplayEndpoint == "" {
 		c.ReplayEndpoint = DefaultReplayEndpoint
 	}
-	if c.ChatTemplate == "" {
-		c.ChatTemplate = DefaultChatTemplate
-	}
 	if c.Role == "" {
 		c.Role = RoleAggregated
 	}
@@ -231,6 +244,16 @@ func (c *Config) validate() error {
 		if f.v < 1 {
 			return configErr(f.flag, "must be at least 1, got %d", f.v)
 		}
+	}
+	seen := map[string]bool{c.Model: true}
+	for _, a := range c.LoRAs {
+		if a == "" || seen[a] || strings.ContainsAny(a, ":") {
+			return configErr("lora", "%q: want a name of its own, not the model's or another adapter's, without ':'", a)
+		}
+		seen[a] = true
+	}
+	if len(c.LoRAs) > 0 && c.format() == kvencode.SGLangArray {
+		return configErr("lora", "SGLang's array event form cannot carry lora_name; use --event-format %s", FormatMap)
 	}
 	if c.TP > maxTP {
 		return configErr("tp", "at most %d, got %d", maxTP, c.TP)
@@ -309,7 +332,57 @@ func (c *Config) vllmSeed() string {
 	return c.HashSeed
 }
 
+// loraID is vLLM's lora_int_id of an adapter: its position among LoRAs,
+// from 1.
+func (c *Config) loraID(name string) int64 {
+	return int64(slices.Index(c.LoRAs, name) + 1)
+}
+
+// adapter returns the LoRA adapter a request names, "" for the base
+// model, as the flavour's engine reads it: vLLM from model naming an
+// adapter; SGLang from model "base:adapter", else from lora_path.
+func (c *Config) adapter(model, loraPath string) (string, error) {
+	var lora string
+	switch {
+	case model == "" || model == c.Model:
+	case c.Flavor == VLLM && slices.Contains(c.LoRAs, model):
+		lora = model
+	case c.Flavor == SGLang && strings.HasPrefix(model, c.Model+":") && slices.Contains(c.LoRAs, model[len(c.Model)+1:]):
+		lora = model[len(c.Model)+1:]
+	default:
+		return "", fmt.Errorf("%w: the model %q does not exist; this engine serves %q (LoRA adapters: %v)", errModelNotFound, model, c.Model, c.LoRAs)
+	}
+	if c.Flavor == SGLang && lora == "" && loraPath != "" {
+		if !slices.Contains(c.LoRAs, loraPath) {
+			return "", badRequest("lora_path: %q is not a loaded adapter (%v)", loraPath, c.LoRAs)
+		}
+		lora = loraPath
+	}
+	return lora, nil
+}
+
 func (c *Config) blockBytes() int { return c.KVBytesPerToken * c.BlockSize }
 
 // controlPort is the port of DP rank d's TP rank t runner.
 func (c *Config) controlPort(d, t int) int { return c.ControlPort + d*c.TP + t }
+
+// model loads the tokenizer and chat template the engine serves with.
+func (c *Config) model() (*tokenizer.Model, error) {
+	m := tokenizer.Demo()
+	if c.Tokenizer != "" {
+		var err error
+		if m, err = tokenizer.LoadModel(c.Tokenizer, ""); err != nil {
+			return nil, configErr("tokenizer", "%s: %v", c.Tokenizer, err)
+		}
+	}
+	if c.ChatTemplate != "" {
+		t, err := tokenizer.LoadChatTemplate(c.ChatTemplate)
+		if err != nil {
+			return nil, configErr("chat-template", "%s: %v", c.ChatTemplate, err)
+		}
+		copied := *m // the demo model is shared
+		copied.SetChatTemplate(t)
+		m = &copied
+	}
+	return m, nil
+}

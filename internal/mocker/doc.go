@@ -18,5 +18,9 @@
 // The HTTP API is OpenAI-compatible (completions and chat, streaming or
 // not), with vLLM's /tokenize, SGLang's /get_server_info or a vLLM engine
 // arguments endpoint that the state agent's validation accepts, Prometheus
-// metrics, and admin endpoints to evict blocks and reset caches.
+// metrics, and admin endpoints to evict blocks and reset caches. It
+// tokenizes with the embedded demo tokenizer, or with a model's own
+// tokenizer files and chat template (Config.Tokenizer), and serves LoRA
+// adapters (Config.LoRAs) named as each flavour's engine names them, their
+// blocks cached, hashed and reported apart from the base model's.
 package mocker

@@ -26,8 +26,8 @@ import (
 type Engine struct {
 	cfg     Config
 	log     *slog.Logger
-	tok     *tokenizer.Tokenizer
-	tmpl    tokenizer.Template
+	model   *tokenizer.Model
+	tok     *tokenizer.Tokenizer // model.Tok
 	vocab   *vocab
 	ranks   []*rank
 	metrics *metrics
@@ -52,13 +52,13 @@ func Start(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tmpl, err := tokenizer.TemplateByName(cfg.ChatTemplate)
+	model, err := cfg.model()
 	if err != nil {
-		return nil, configErr("chat-template", "%v", err)
+		return nil, err
 	}
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:])
-	e := &Engine{cfg: cfg, log: cfg.Logger, tok: tokenizer.Default(), tmpl: tmpl, nonce: hex.EncodeToString(nonce[:])}
+	e := &Engine{cfg: cfg, log: cfg.Logger, model: model, tok: model.Tok, nonce: hex.EncodeToString(nonce[:])}
 	e.vocab = newVocab(e.tok)
 	e.pullSetupNS.Store(int64(cfg.PullSetup))
 	if e.ln, err = net.Listen("tcp", cfg.Listen); err != nil {

@@ -375,7 +375,7 @@ func TestEventsVLLMSaltedRunnerStores(t *testing.T) {
 	s := subscribe(t, e.EventEndpoint(0))
 	warm(t, e, s)
 	prompt := longPrompt(t, e, "salted-runner", 300)
-	keys := e.cfg.engineHashes(tokenize(t, e, prompt), "tenant-a")
+	keys := e.cfg.engineHashes(tokenize(t, e, prompt), "tenant-a", "")
 	body := peerBody(prompt, nil)
 	body["cache_salt"] = "tenant-a"
 	complete(t, e, body)

@@ -37,7 +37,7 @@ func checkParsed(t *testing.T, p *parser, body []byte, chat bool) {
 	if len(got.tokens) == 0 || got.maxTokens < 1 || len(got.tokens)+got.maxTokens > p.cfg.MaxModelLen {
 		t.Fatalf("accepted %d tokens with max_tokens %d", len(got.tokens), got.maxTokens)
 	}
-	vocab := uint32(p.tok.VocabSize())
+	vocab := uint32(p.model.Tok.VocabSize())
 	for _, tok := range got.tokens {
 		if tok >= vocab {
 			t.Fatalf("accepted token %d outside the vocabulary", tok)
@@ -55,7 +55,7 @@ func FuzzTokenize(f *testing.F) {
 		if err != nil {
 			return
 		}
-		vocab := uint32(p.tok.VocabSize())
+		vocab := uint32(p.model.Tok.VocabSize())
 		for _, tok := range toks {
 			if tok >= vocab {
 				t.Fatalf("token %d outside the vocabulary", tok)

@@ -38,7 +38,7 @@ func (e *Engine) Handler() http.Handler {
 	return mux
 }
 
-func (e *Engine) parser() *parser { return &parser{cfg: &e.cfg, tok: e.tok, tmpl: e.tmpl} }
+func (e *Engine) parser() *parser { return &parser{cfg: &e.cfg, model: e.model} }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))

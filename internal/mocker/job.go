@@ -149,6 +149,7 @@ type request struct {
 	tokens    []uint32
 	maxTokens int
 	salt      string
+	lora      string // the LoRA adapter, "" for the base model
 	dpRank    *int
 	hint      []byte // raw hint JSON as found in the body, nil when none
 	// kv is the request's part in a disaggregated hand-over; nil for a
@@ -167,9 +168,10 @@ func (e *Engine) start(ctx context.Context, req request) (*job, error) {
 	seq := &Seq{
 		ID:        id,
 		Tokens:    req.tokens,
-		Keys:      e.cfg.engineHashes(req.tokens, req.salt),
-		Seeds:     contentSeeds(req.tokens, e.cfg.BlockSize),
+		Keys:      e.cfg.engineHashes(req.tokens, req.salt, req.lora),
+		Seeds:     contentSeeds(req.tokens, e.cfg.BlockSize, req.lora),
 		Salt:      req.salt,
+		LoRA:      req.lora,
 		MaxTokens: req.maxTokens,
 	}
 	j := &job{seq: seq, rank: r, notify: make(chan struct{}, 1), kv: req.kv}

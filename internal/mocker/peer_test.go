@@ -403,5 +403,5 @@ func TestPullReport(t *testing.T) {
 // hashesOf is e's engine block hashes of tokens, unsalted.
 func hashesOf(t testing.TB, e *Engine, tokens []uint32) []uint64 {
 	t.Helper()
-	return e.cfg.engineHashes(tokens, "")
+	return e.cfg.engineHashes(tokens, "", "")
 }

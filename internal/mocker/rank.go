@@ -211,6 +211,7 @@ func (r *rank) gpuEvents(evs []kvevents.Event) []kvevents.Event {
 			continue
 		}
 		ev.Medium = mediumGPU
+		r.cfg.dressLoRA(ev)
 		if r.cfg.Flavor == VLLM {
 			// vLLM publishes a salt only in a prefix's first block's
 			// extra keys.
@@ -280,7 +281,7 @@ func (r *rank) runnerStores(t int, keys []uint64) []kvevents.Event {
 			continue
 		}
 		m := metas[i]
-		if n := len(evs); n > 0 && m.hasParent && i > 0 && m.parent == keys[i-1] && ok[i-1] && salts[n-1] == m.salt {
+		if n := len(evs); n > 0 && m.hasParent && i > 0 && m.parent == keys[i-1] && ok[i-1] && salts[n-1] == m.salt && evs[n-1].LoRAName == m.lora {
 			evs[n-1].BlockHashes = append(evs[n-1].BlockHashes, k)
 			evs[n-1].TokenIDs = append(evs[n-1].TokenIDs, m.tokens...)
 			continue
@@ -296,6 +297,8 @@ func (r *rank) runnerStores(t int, keys []uint64) []kvevents.Event {
 		if r.cfg.Flavor == SGLang || !m.hasParent {
 			ev.CacheSalt = m.salt
 		}
+		ev.LoRAName = m.lora
+		r.cfg.dressLoRA(&ev)
 		evs = append(evs, ev)
 		salts = append(salts, m.salt)
 	}
@@ -322,4 +325,11 @@ func (r *rank) stats() schedStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sched.Stats()
+}
+
+// dressLoRA adds vLLM's lora_id beside an event's lora_name.
+func (c *Config) dressLoRA(ev *kvevents.Event) {
+	if ev.LoRAName != "" && c.Flavor == VLLM {
+		ev.LoRAID, ev.HasLoRAID = c.loraID(ev.LoRAName), true
+	}
 }

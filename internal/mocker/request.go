@@ -31,9 +31,11 @@ type commonBody struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N         *int   `json:"n"`
-	MaxTokens *int   `json:"max_tokens"`
-	CacheSalt string `json:"cache_salt"`
+	N *int `json:"n"`
+	// LoRAPath is SGLang's adapter field: a name, or a batch's list.
+	LoRAPath  json.RawMessage `json:"lora_path"`
+	MaxTokens *int            `json:"max_tokens"`
+	CacheSalt string          `json:"cache_salt"`
 	// The router names the rank; SGLang's own field is data_parallel_rank.
 	DPRank           *int `json:"dp_rank"`
 	DataParallelRank *int `json:"data_parallel_rank"`
@@ -56,14 +58,19 @@ type completionBody struct {
 
 type chatBody struct {
 	commonBody
-	Messages            []chatMessage `json:"messages"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
+	chatPart
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
 }
 
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+// chatPart is what shapes a chat's prompt, in a chat completion request
+// and in vLLM's chat /tokenize request alike.
+type chatPart struct {
+	Messages             json.RawMessage `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"`
 }
 
 // parsed is a request body read into what the engine schedules, plus how
@@ -76,9 +83,8 @@ type parsed struct {
 
 // parser reads request bodies for one engine configuration.
 type parser struct {
-	cfg  *Config
-	tok  *tokenizer.Tokenizer
-	tmpl tokenizer.Template
+	cfg   *Config
+	model *tokenizer.Model
 }
 
 func decodeBody(body []byte, v any) error {
@@ -105,7 +111,7 @@ func (p *parser) chat(body []byte) (parsed, error) {
 	if err := decodeBody(body, &b); err != nil {
 		return parsed{}, err
 	}
-	tokens, err := p.messages(b.Messages, b.AddGenerationPrompt == nil || *b.AddGenerationPrompt)
+	tokens, err := p.messages(&b.chatPart)
 	if err != nil {
 		return parsed{}, err
 	}
@@ -118,8 +124,12 @@ func (p *parser) chat(body []byte) (parsed, error) {
 
 func (p *parser) finish(body []byte, b *commonBody, tokens []uint32, maxTokens *int) (parsed, error) {
 	out := parsed{stream: b.Stream, includeUsage: b.StreamOptions != nil && b.StreamOptions.IncludeUsage}
-	if b.Model != "" && b.Model != p.cfg.Model {
-		return out, fmt.Errorf("%w: the model %q does not exist; this engine serves %q", errModelNotFound, b.Model, p.cfg.Model)
+	path, err := loraPath(b.LoRAPath)
+	if err != nil {
+		return out, err
+	}
+	if out.lora, err = p.cfg.adapter(b.Model, path); err != nil {
+		return out, err
 	}
 	if b.N != nil && *b.N != 1 {
 		return out, badRequest("n: only 1 is supported, got %d", *b.N)
@@ -142,7 +152,6 @@ func (p *parser) finish(body []byte, b *commonBody, tokens []uint32, maxTokens *
 		out.dpRank = b.DataParallelRank
 	}
 	out.hint = p.hint(body)
-	var err error
 	if out.kv, err = p.transfer(b); err != nil {
 		return out, err
 	}
@@ -198,7 +207,7 @@ func (p *parser) prompt(raw json.RawMessage, addSpecial bool) ([]uint32, error) 
 }
 
 func (p *parser) text(s string, addSpecial bool) ([]uint32, error) {
-	tokens := p.tok.Encode(s, addSpecial)
+	tokens := p.model.EncodeText(s, addSpecial)
 	if len(tokens) == 0 {
 		return nil, badRequest("prompt: encodes to no tokens")
 	}
@@ -209,7 +218,7 @@ func (p *parser) ids(ids []int64) ([]uint32, error) {
 	if len(ids) == 0 {
 		return nil, badRequest("prompt: empty list of token ids")
 	}
-	vocab := int64(p.tok.VocabSize())
+	vocab := int64(p.model.Tok.VocabSize())
 	out := make([]uint32, len(ids))
 	for i, id := range ids {
 		if id < 0 || id >= vocab {
@@ -220,37 +229,26 @@ func (p *parser) ids(ids []int64) ([]uint32, error) {
 	return out, nil
 }
 
-// messages renders chat messages with the chat template and encodes them.
-func (p *parser) messages(msgs []chatMessage, addGenerationPrompt bool) ([]uint32, error) {
-	if len(msgs) == 0 {
+// messages renders a chat with the model's chat template and encodes it,
+// as the engine does: without special tokens unless the request asks, the
+// template carrying them.
+func (p *parser) messages(c *chatPart) ([]uint32, error) {
+	if m := bytes.TrimSpace(c.Messages); len(m) == 0 || bytes.Equal(m, []byte("null")) || bytes.Equal(bytes.Join(bytes.Fields(m), nil), []byte("[]")) {
 		return nil, badRequest("messages: at least one message is required")
 	}
-	conv := make([]tokenizer.Message, len(msgs))
-	for i, m := range msgs {
-		content, err := tokenizer.FlattenContent(m.Content)
-		if err != nil {
-			return nil, badRequest("messages[%d].content: %v", i, err)
-		}
-		if m.Role == "" {
-			return nil, badRequest("messages[%d].role: missing", i)
-		}
-		conv[i] = tokenizer.Message{Role: m.Role, Content: content}
-	}
-	text, err := p.tmpl.Render(conv, addGenerationPrompt)
+	text, err := p.model.RenderChat(&tokenizer.ChatRequest{Messages: c.Messages, Tools: c.Tools, ChatTemplateKwargs: c.ChatTemplateKwargs,
+		AddGenerationPrompt: c.AddGenerationPrompt, ContinueFinalMessage: c.ContinueFinalMessage})
 	if err != nil {
 		return nil, badRequest("messages: %v", err)
 	}
-	// The template carries its own special tokens, as engines assume.
-	return p.text(text, false)
+	return p.text(text, c.AddSpecialTokens != nil && *c.AddSpecialTokens)
 }
 
 // tokenizeBody is vLLM's /tokenize request: a prompt or chat messages.
 type tokenizeBody struct {
-	Model               string        `json:"model"`
-	Prompt              *string       `json:"prompt"`
-	Messages            []chatMessage `json:"messages"`
-	AddSpecialTokens    *bool         `json:"add_special_tokens"`
-	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
+	Model  string  `json:"model"`
+	Prompt *string `json:"prompt"`
+	chatPart
 }
 
 func (p *parser) tokenize(body []byte) ([]uint32, error) {
@@ -258,16 +256,16 @@ func (p *parser) tokenize(body []byte) ([]uint32, error) {
 	if err := decodeBody(body, &b); err != nil {
 		return nil, err
 	}
-	if b.Model != "" && b.Model != p.cfg.Model {
-		return nil, fmt.Errorf("%w: the model %q does not exist; this engine serves %q", errModelNotFound, b.Model, p.cfg.Model)
+	if _, err := p.cfg.adapter(b.Model, ""); err != nil {
+		return nil, err
 	}
 	switch {
 	case b.Prompt != nil && b.Messages != nil:
 		return nil, badRequest("give prompt or messages, not both")
 	case b.Prompt != nil:
-		return p.tok.Encode(*b.Prompt, b.AddSpecialTokens == nil || *b.AddSpecialTokens), nil
+		return p.model.EncodeText(*b.Prompt, b.AddSpecialTokens == nil || *b.AddSpecialTokens), nil
 	case b.Messages != nil:
-		return p.messages(b.Messages, b.AddGenerationPrompt == nil || *b.AddGenerationPrompt)
+		return p.messages(&b.chatPart)
 	}
 	return nil, badRequest("prompt or messages: one is required")
 }
@@ -310,13 +308,33 @@ func (p *parser) evict(body []byte) (evictRequest, error) {
 	case b.Prompt != nil && b.Tokens != nil:
 		return out, badRequest("give prompt or tokens, not both")
 	case b.Prompt != nil:
-		out.keys = p.cfg.engineHashes(p.tok.Encode(*b.Prompt, true), b.CacheSalt)
+		out.keys = p.cfg.engineHashes(p.model.EncodeText(*b.Prompt, true), b.CacheSalt, "")
 	case b.Tokens != nil:
-		out.keys = p.cfg.engineHashes(b.Tokens, b.CacheSalt)
+		out.keys = p.cfg.engineHashes(b.Tokens, b.CacheSalt, "")
 	}
 	if out.keys == nil && (b.Prompt != nil || b.Tokens != nil) {
 		out.keys = []uint64{} // shorter than a block: nothing, not everything
 	}
 	out.dpRank = b.DPRank
 	return out, nil
+}
+
+// loraPath reads SGLang's lora_path: a string, or a list holding one.
+func loraPath(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var list []*string
+	if json.Unmarshal(raw, &list) == nil && len(list) == 1 {
+		if list[0] == nil {
+			return "", nil
+		}
+		return *list[0], nil
+	}
+	return "", badRequest("lora_path: want an adapter's name, or a list of one")
 }

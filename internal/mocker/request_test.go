@@ -12,11 +12,11 @@ func testParser(t testing.TB, flavor Flavor) *parser {
 	t.Helper()
 	cfg := Config{Flavor: flavor, BlockSize: 4, MaxModelLen: 64}
 	cfg.setDefaults()
-	tmpl, err := tokenizer.TemplateByName(DefaultChatTemplate)
+	m, err := cfg.model()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &parser{cfg: &cfg, tok: tokenizer.Default(), tmpl: tmpl}
+	return &parser{cfg: &cfg, model: m}
 }
 
 const envelope = `{"protocol_version":"0.1","message_id":"m","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"source_control_endpoint":"tcp://10.0.0.7:25000","block_hashes":[1,2]}}]}`
@@ -97,11 +97,11 @@ func TestParseCompletion(t *testing.T) {
 func TestParseChat(t *testing.T) {
 	p := testParser(t, SGLang)
 	msgs := []tokenizer.Message{{Role: "user", Content: "Hi there"}}
-	text, err := p.tmpl.Render(msgs, true)
+	text, err := tokenizer.ChatML{}.Render(msgs, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := p.tok.Encode(text, false)
+	want := tokenizer.Default().Encode(text, false)
 	cases := []struct {
 		name   string
 		body   string
@@ -135,7 +135,7 @@ func TestParseChat(t *testing.T) {
 func TestParseTokenizeAndEvict(t *testing.T) {
 	p := testParser(t, SGLang)
 	toks, err := p.tokenize([]byte(`{"prompt":"Hello world"}`))
-	if err != nil || !slices.Equal(toks, p.tok.Encode("Hello world", true)) {
+	if err != nil || !slices.Equal(toks, p.model.Tok.Encode("Hello world", true)) {
 		t.Fatalf("tokenize prompt: %v %v", toks, err)
 	}
 	chat, err := p.tokenize([]byte(`{"messages":[{"role":"user","content":"Hi there"}]}`))
@@ -149,7 +149,7 @@ func TestParseTokenizeAndEvict(t *testing.T) {
 	}
 
 	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	keys := p.cfg.engineHashes(tokens, "")
+	keys := p.cfg.engineHashes(tokens, "", "")
 	cases := []struct {
 		body        string
 		gpu, runner bool

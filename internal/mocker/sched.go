@@ -58,6 +58,7 @@ type Seq struct {
 	Keys      []uint64 // engine hash of each full prompt block
 	Seeds     []uint64 // content seed of each full prompt block (contentSeeds)
 	Salt      string
+	LoRA      string // the LoRA adapter, "" for the base model
 	MaxTokens int
 	// PeerKeys are blocks this request pulled from a peer into the local
 	// runner: restoring one of them counts as peer-restored.
@@ -390,6 +391,7 @@ func (s *scheduler) flush(run *storeRun) {
 		TokenIDs:    append([]uint32(nil), seq.Tokens[run.start*bs:run.end*bs]...),
 		BlockSize:   bs,
 		CacheSalt:   seq.Salt,
+		LoRAName:    seq.LoRA,
 		Tier:        kvevents.TierDevice,
 	}
 	if run.start > 0 {

@@ -54,7 +54,7 @@ func seqOf(id string, start, n, maxTokens int) *Seq {
 
 func seqTokens(id string, tokens []uint32, maxTokens int) *Seq {
 	c := Config{Flavor: SGLang, BlockSize: testBS}
-	return &Seq{ID: id, Tokens: tokens, Keys: c.engineHashes(tokens, ""), Seeds: contentSeeds(tokens, testBS), MaxTokens: maxTokens}
+	return &Seq{ID: id, Tokens: tokens, Keys: c.engineHashes(tokens, "", ""), Seeds: contentSeeds(tokens, testBS, ""), MaxTokens: maxTokens}
 }
 
 // drain steps until every sequence is done and returns the steps taken.

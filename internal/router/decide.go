@@ -23,6 +23,9 @@ type Request struct {
 	// Salt is the request's cache_salt: blocks stored under another salt
 	// never match it.
 	Salt string
+	// LoRA is the LoRA adapter a request names besides its model (SGLang's
+	// lora_path); see Resolve for the adapter a model names.
+	LoRA string
 	// Exclude lists workers not to choose (a retry after one refused).
 	Exclude []string
 	// Target, when set, forces the worker (an operator override); its
@@ -40,12 +43,15 @@ type Request struct {
 	// weights, when set, price this decision instead of Config.Weights
 	// (a decode leg's, see Plan).
 	weights *cost.Weights
+	// only, set by Decide, restricts the candidates to workers listing
+	// this adapter.
+	only string
 }
 
 // filtered reports whether the request leaves some workers out, so that
 // the model's cached shape does not describe its choice.
 func (req *Request) filtered() bool {
-	return req.Target != "" || len(req.Exclude) > 0 || req.Leg != LegAny || req.Engine != ""
+	return req.Target != "" || len(req.Exclude) > 0 || req.Leg != LegAny || req.Engine != "" || req.only != ""
 }
 
 // Candidate is one (worker, dp_rank) as the decision priced it. Overlaps
@@ -71,7 +77,10 @@ type Target struct {
 
 // Decision is the outcome of Decide.
 type Decision struct {
+	// Model is the model whose workers were candidates, and LoRA the
+	// adapter the request's blocks were identified under (Resolve).
 	Model  string
+	LoRA   string
 	Target Target
 	// Chosen is the target as priced; Candidates every rank priced, with
 	// Request.Explain.
@@ -169,11 +178,13 @@ func (r *Router) release(groups []*group) {
 func (r *Router) Decide(req Request) (*Decision, error) {
 	r.rlockLinked()
 	defer r.mu.RUnlock()
-	ents := r.models[req.Model]
-	if len(ents) == 0 {
-		return nil, &ModelError{Model: req.Model, Served: slices.Sorted(maps.Keys(r.models))}
+	model, lora, only, ok := r.resolve(req.Model, req.LoRA)
+	if !ok {
+		return nil, &ModelError{Model: req.Model, Served: r.servedLocked()}
 	}
-	seed := kvhash.SeedFor("", req.Salt)
+	ents := r.models[model]
+	req.only = only
+	seed := kvhash.SeedFor(lora, req.Salt)
 	var groups []*group
 	defer func() { r.release(groups) }()
 	ld := r.readLoads()
@@ -184,7 +195,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 				return g
 			}
 		}
-		g := r.newGroup(req.Model, bs, req.Tokens, seed)
+		g := r.newGroup(model, bs, req.Tokens, seed)
 		groups = append(groups, g)
 		return g
 	}
@@ -193,10 +204,10 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	anyDown := r.down.Load() > 0 && req.Target == ""
 	included := func(e *entry) bool {
 		return (req.Target == "" || e.w.ID == req.Target) && !slices.Contains(req.Exclude, e.w.ID) &&
-			!(anyDown && e.down.Load()) && (req.Target != "" || req.Leg.admits(&e.w)) &&
-			(req.Engine == "" || e.w.Engine == req.Engine)
+			(only == "" || slices.Contains(e.w.LoRAs, only)) && !(anyDown && e.down.Load()) &&
+			(req.Target != "" || req.Leg.admits(&e.w)) && (req.Engine == "" || e.w.Engine == req.Engine)
 	}
-	sh, ok := r.shapes[req.Model]
+	sh, ok := r.shapes[model]
 	if !ok || req.filtered() || anyDown {
 		sh = shapeOf(ents, included)
 	}
@@ -263,7 +274,8 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 		}
 	}
 	d := &Decision{
-		Model:   req.Model,
+		Model:   model,
+		LoRA:    lora,
 		Target:  Target{Worker: r.workers[t.Worker].w, Rank: t.Rank},
 		Tokens:  len(req.Tokens),
 		Blocks:  len(g.local),
@@ -301,6 +313,57 @@ func (r *Router) noneLeft(req Request, ents []*entry) error {
 		return fmt.Errorf("%w: every worker of model %q is down or was excluded", ErrNoWorker, req.Model)
 	}
 	return fmt.Errorf("%w: every worker of model %q was excluded", ErrNoWorker, req.Model)
+}
+
+// Resolve returns the model whose workers serve requests naming model and
+// lora (SGLang's lora_path, "" for none), and the LoRA adapter that
+// identifies their blocks, as the engines decide it:
+//
+//   - a model some worker serves is itself, under lora;
+//   - an adapter some workers list (vLLM names adapters as models: its
+//     --lora-modules, listed in /v1/models with the base model as parent)
+//     is its base model, under the adapter, served by those workers only;
+//   - "base:adapter" with base served (SGLang's form; the adapter wins
+//     over lora_path) is base under the adapter, served by the workers
+//     listing it, or by all of base's when none lists adapters.
+//
+// ok is false when no worker serves the model.
+func (r *Router) Resolve(model, lora string) (base, adapter string, ok bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	base, adapter, _, ok = r.resolve(model, lora)
+	return base, adapter, ok
+}
+
+// resolve is Resolve, with the adapter candidates must list ("" for any).
+// Callers hold mu.
+func (r *Router) resolve(model, lora string) (base, adapter, only string, ok bool) {
+	if len(r.models[model]) > 0 {
+		return model, lora, "", true
+	}
+	if b, found := r.adapters[model]; found {
+		return b, model, model, true
+	}
+	if b, a, cut := strings.Cut(model, ":"); cut && a != "" && len(r.models[b]) > 0 {
+		if r.adapters[a] == b {
+			return b, a, a, true
+		}
+		return b, a, "", true
+	}
+	return "", "", "", false
+}
+
+// servedLocked lists the models and adapters requests may name. Callers
+// hold mu.
+func (r *Router) servedLocked() []string {
+	out := slices.Collect(maps.Keys(r.models))
+	for a := range r.adapters {
+		if len(r.models[a]) == 0 {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func candidateOf(s cost.Scored) Candidate {

@@ -235,11 +235,12 @@ func (c PDConfig) skip(d *Decision) (uncached int, why SkipReason) {
 func (r *Router) legsOf(req Request) (split, prefill, decode bool) {
 	r.rlockLinked()
 	defer r.mu.RUnlock()
-	if !r.shapes[req.Model].split {
+	model, _, _, _ := r.resolve(req.Model, req.LoRA) // an adapter's workers are its base model's
+	if !r.shapes[model].split {
 		return false, false, false
 	}
 	anyDown := r.down.Load() > 0
-	for _, e := range r.models[req.Model] {
+	for _, e := range r.models[model] {
 		if !e.w.Split() || slices.Contains(req.Exclude, e.w.ID) || (anyDown && e.down.Load()) {
 			continue
 		}

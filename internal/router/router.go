@@ -65,6 +65,7 @@ type Router struct {
 	mu       sync.RWMutex
 	workers  map[string]*entry
 	models   map[string][]*entry // sorted by id
+	adapters map[string]string   // LoRA adapter -> the model of the workers listing it
 	ready    map[index.Source]bool
 	owners   map[string]*owner
 	policies map[int]hints.Policy
@@ -193,12 +194,16 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 		old = nil
 	}
 	e := old
+	var loras []string
 	if e == nil {
 		e = &entry{}
 		r.workers[w.ID] = e
-	} else if old.w.URL != w.URL {
-		// What was found about the old address says nothing of the new.
-		r.resetHealth(e)
+	} else {
+		loras = e.w.LoRAs
+		if old.w.URL != w.URL {
+			// What was found about the old address says nothing of the new.
+			r.resetHealth(e)
+		}
 	}
 	if err := r.apply(e, w, old != nil, now); err != nil {
 		// A registration the router cannot take in full is not taken at
@@ -207,7 +212,7 @@ func (r *Router) Upsert(w Worker, now time.Time) error {
 		r.removeLocked(w.ID, now)
 		return err
 	}
-	if old == nil {
+	if old == nil || !slices.Equal(loras, w.LoRAs) {
 		r.indexModels()
 	}
 	return nil
@@ -433,10 +438,10 @@ func (r *Router) WorkersOfOrigin(o Origin) []string {
 func (r *Router) CheckModel(model string) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if len(r.models[model]) > 0 {
+	if _, _, _, ok := r.resolve(model, ""); ok { // a model, or an adapter (Resolve)
 		return nil
 	}
-	return &ModelError{Model: model, Served: slices.Sorted(maps.Keys(r.models))}
+	return &ModelError{Model: model, Served: r.servedLocked()}
 }
 
 // Models returns the served models, sorted.
@@ -446,12 +451,24 @@ func (r *Router) Models() []string {
 	return slices.Sorted(maps.Keys(r.models))
 }
 
+// Adapters returns the LoRA adapters workers list, each with its base
+// model.
+func (r *Router) Adapters() map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return maps.Clone(r.adapters)
+}
+
 func (r *Router) trusted(o Origin) bool { return o != OriginDiscovery || r.live }
 
 func (r *Router) indexModels() {
 	clear(r.models)
+	r.adapters = map[string]string{}
 	for _, e := range r.workers {
 		r.models[e.w.Model] = append(r.models[e.w.Model], e)
+		for _, a := range e.w.LoRAs {
+			r.adapters[a] = e.w.Model
+		}
 	}
 	for _, es := range r.models {
 		slices.SortFunc(es, func(a, b *entry) int {

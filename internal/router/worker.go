@@ -102,6 +102,10 @@ type Worker struct {
 	// (disaggregation_bootstrap_port), which the decode worker asks where
 	// the request's KV is; 0 for SGLang's default.
 	BootstrapPort int
+	// LoRAs are the LoRA adapters the engine serves besides Model, by the
+	// names requests give them (vLLM lists them in /v1/models with Model
+	// as their parent).
+	LoRAs []string
 }
 
 // Validate checks what routing needs.

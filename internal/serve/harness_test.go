@@ -18,6 +18,7 @@ import (
 
 	"kvrouter/internal/bus"
 	"kvrouter/internal/discovery"
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/hints"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
@@ -296,6 +297,7 @@ func (h *harness) service(edit func(*Options)) *Service {
 	o := Defaults()
 	o.Listen, o.AdminListen, o.Bus, o.Registry, o.Now, o.Log = "127.0.0.1:0", "127.0.0.1:0", h.bus, h.reg, h.clock.Now, quiet()
 	o.HintPolicy = policyMinBlocks
+	o.Tokenizer = frontdoor.TokenizerDemo // the simulated engines'
 	o.Tick, o.SizeEvery, o.PeerEvery = 5*time.Millisecond, time.Hour, 20*time.Millisecond
 	// On the frozen clock a probe schedule would not move anyway; tests
 	// of health set their own.

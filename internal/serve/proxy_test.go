@@ -14,7 +14,6 @@ import (
 
 	"kvrouter/internal/cost"
 	"kvrouter/internal/direct"
-	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/router"
 	"kvrouter/internal/tokenizer"
 )
@@ -200,10 +199,8 @@ func TestApproximateMode(t *testing.T) {
 	waitWorkers(t, g, 3)
 	chat := `{"model":"demo","messages":[{"role":"system","content":"You are a careful assistant who answers briefly."},{"role":"user","content":[{"type":"text","text":"Name three rivers of Europe, please."}]}]}`
 	first := g.route(t, chat)
-	want, _ := (&frontdoor.Local{Tok: tokenizer.Default(), Template: tokenizer.ChatML{}}).Tokenize(context.Background(),
-		&frontdoor.Request{Kind: frontdoor.KindChat, AddGenerationPrompt: true, Messages: []tokenizer.Message{
-			{Role: "system", Content: "You are a careful assistant who answers briefly."},
-			{Role: "user", Content: "Name three rivers of Europe, please."}}})
+	want := tokenizer.Default().Encode("<|im_start|>system\nYou are a careful assistant who answers briefly.<|im_end|>\n"+
+		"<|im_start|>user\nName three rivers of Europe, please.<|im_end|>\n<|im_start|>assistant\n", false)
 	if first.OverlapBlocks != 0 || first.Tokens != len(want) || first.Blocks != len(want)/testBS {
 		t.Fatalf("first route %+v, want %d tokens", first, len(want))
 	}

@@ -31,7 +31,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/loadshare"
 	"kvrouter/internal/router"
-	"kvrouter/internal/tokenizer"
+	"kvrouter/internal/tokcheck"
 	"kvrouter/internal/upstream"
 )
 
@@ -76,10 +76,16 @@ type Options struct {
 	// registering worker's own host are hinted.
 	PeerAllow []string
 
-	Tokenizer       string // TokenizerDefault, TokenizerEngine or a tokenizer.json path
+	// Tokenizer is frontdoor.TokenizerEngine (the default: the engines'
+	// own POST /tokenize), frontdoor.TokenizerDemo (the simulated fleet's)
+	// or a tokenizer.json or model directory.
+	Tokenizer       string
 	TokenizeCache   int
-	ChatTemplate    string
+	ChatTemplate    string // a Jinja file or a built-in format; "" is the model's own
 	TokenizerConfig string
+	// TokenizerCheck is how often each model's tokenization is checked
+	// against an engine's /tokenize; 0 never.
+	TokenizerCheck time.Duration
 
 	Weights     cost.Weights
 	Temperature float64
@@ -146,6 +152,10 @@ type Options struct {
 	// Trace, when set, gets the timing of every request sent to a worker
 	// (frontdoor.Server.Trace); for benchmarks, not a flag.
 	Trace func(frontdoor.Timing)
+	// Local, when set, is the tokenizer, already loaded (Tokenizer and
+	// the options that go with it are then ignored); for benchmarks, which
+	// build their fleet's caches with it, not a flag.
+	Local *frontdoor.Local
 }
 
 // DefaultAdminListen is where the operator views are served unless told
@@ -156,7 +166,7 @@ const DefaultAdminListen = "127.0.0.1:8081"
 func Defaults() Options {
 	return Options{
 		Listen: ":8080", AdminListen: DefaultAdminListen, NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
-		Tokenizer: frontdoor.TokenizerDefault, TokenizeCache: 4096, ChatTemplate: "chatml",
+		Tokenizer: frontdoor.TokenizerEngine, TokenizeCache: 4096, TokenizerCheck: tokcheck.Default,
 		Weights:    cost.DefaultWeights(),
 		HintPolicy: policyCost, HintMinBlocks: 1, HintMargin: 0.1,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
@@ -253,32 +263,52 @@ func (o *Options) check() error {
 	return nil
 }
 
-// newTokenizer builds the tokenizer --tokenizer names.
-func (o *Options) newTokenizer(client *http.Client, r *router.Router) (frontdoor.Tokenizer, error) {
-	if o.Tokenizer == frontdoor.TokenizerEngine {
+// tokenizerDefault was the embedded demo tokenizer's name, before a router
+// in front of real engines stopped defaulting to it.
+const tokenizerDefault = "default"
+
+// newTokenizer builds the tokenizer --tokenizer names; local is nil when
+// it asks the engines.
+func (o *Options) newTokenizer(client *http.Client, r *router.Router) (tok frontdoor.Tokenizer, local *frontdoor.Local, err error) {
+	if o.Local != nil {
+		return o.Local, o.Local, nil
+	}
+	switch o.Tokenizer {
+	case frontdoor.TokenizerEngine, "":
 		if o.TokenizeCache < 0 {
-			return nil, fmt.Errorf("%w: --tokenize-cache %d must not be negative", errOptions, o.TokenizeCache)
+			return nil, nil, fmt.Errorf("%w: --tokenize-cache %d must not be negative", errOptions, o.TokenizeCache)
 		}
-		return frontdoor.NewEngine(client, func(model string) []string {
-			var urls []string
-			for _, w := range r.WorkersOf(model) {
-				urls = append(urls, w.URL)
+		if o.ChatTemplate != "" || o.TokenizerConfig != "" {
+			return nil, nil, fmt.Errorf("%w: --chat-template and --tokenizer-config apply to a local tokenizer (--tokenizer PATH); with --tokenizer %s the engines render chats with their own template",
+				errOptions, frontdoor.TokenizerEngine)
+		}
+		return frontdoor.NewEngine(client, func(model string) []frontdoor.EngineTarget {
+			// An adapter's workers are its base model's; vLLM's /tokenize
+			// takes the adapter's name as the model.
+			base, _, _ := r.Resolve(model, "")
+			var ts []frontdoor.EngineTarget
+			for _, w := range r.WorkersOf(base) {
+				ts = append(ts, frontdoor.EngineTarget{URL: w.URL, Chats: w.Engine != router.EngineSGLang})
 			}
-			return urls
-		}, o.TokenizeCache), nil
+			return ts
+		}, o.TokenizeCache), nil, nil
+	case tokenizerDefault:
+		return nil, nil, fmt.Errorf("%w: --tokenizer %s: the embedded demo tokenizer is no longer the default; give --tokenizer %s for the simulated fleet, %s for the engines' own /tokenize, or the model's tokenizer.json or directory",
+			errOptions, tokenizerDefault, frontdoor.TokenizerDemo, frontdoor.TokenizerEngine)
 	}
-	tmpl, err := frontdoor.LoadTemplate(o.ChatTemplate, o.TokenizerConfig)
+	local, err = frontdoor.LoadLocal(o.Tokenizer, o.TokenizerConfig, o.ChatTemplate)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errOptions, err)
+		return nil, nil, fmt.Errorf("%w: %v", errOptions, err)
 	}
-	if o.Tokenizer == frontdoor.TokenizerDefault || o.Tokenizer == "" {
-		return &frontdoor.Local{Tok: tokenizer.Default(), Template: tmpl}, nil
+	return local, local, nil
+}
+
+// tokenizerName says what the router tokenizes with, for operators.
+func (o *Options) tokenizerName() string {
+	if o.Tokenizer == "" {
+		return frontdoor.TokenizerEngine
 	}
-	tok, err := tokenizer.LoadFile(o.Tokenizer)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --tokenizer %s: %v", errOptions, o.Tokenizer, err)
-	}
-	return &frontdoor.Local{Tok: tok, Template: tmpl}, nil
+	return o.Tokenizer
 }
 
 // newClient is the HTTP client for what the router asks workers itself
@@ -359,12 +389,20 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		return nil, fmt.Errorf("%w: %v", errOptions, err)
 	}
 	client := newClient()
-	tok, err := o.newTokenizer(client, r)
+	tok, local, err := o.newTokenizer(client, r)
 	if err != nil {
 		return nil, err
 	}
+	if o.TokenizerCheck < 0 {
+		return nil, fmt.Errorf("%w: --tokenizer-check-interval %v must not be negative", errOptions, o.TokenizerCheck)
+	}
 	reg := prometheus.NewRegistry()
 	admin.Register(reg, r.Stats)
+	var check *tokcheck.Checker
+	if o.TokenizerCheck > 0 {
+		check = &tokcheck.Checker{Local: local, Client: client, Models: r.Models, Workers: r.WorkersOf, Every: o.TokenizerCheck,
+			Now: o.Now, Log: o.Log, Mismatch: tokcheck.NewGauge(reg)}
+	}
 	svc := &Service{Router: r, Bus: o.Bus}
 	if svc.Bus == nil {
 		bo := bus.Options{URL: o.NATS, Name: "kvrouter-serve", Logger: o.Log, Auth: o.NATSAuth}
@@ -435,7 +473,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	svc.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if adminLn != nil {
 		amux := http.NewServeMux()
-		(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Learn: learner}).Mount(amux)
+		(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Learn: learner, Tokenizer: o.tokenizerName(), Check: check}).Mount(amux)
 		svc.adminHTTP = &http.Server{Handler: amux, ReadHeaderTimeout: 10 * time.Second}
 	}
 
@@ -475,6 +513,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		run(func() { em.Run(ctx) })
 	}
 	run(func() { housekeep(ctx, r, learner, o) })
+	if check != nil {
+		run(func() { check.Run(ctx) })
+	}
 	o.Log.Info("kvrouter serving", "listen", svc.Addr, "admin_listen", svc.AdminAddr, "replica", o.Replica, "workers_by_flag", len(o.Workers))
 	return svc, nil
 }

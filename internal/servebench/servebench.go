@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"kvrouter/internal/discovery"
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/serve"
 )
 
@@ -40,7 +41,15 @@ type Config struct {
 	// Text sends prompts as text for the router to tokenize; otherwise as
 	// token ids, as a front end that tokenizes itself does.
 	Text bool
-	Seed uint64
+	// Tokenizer is the router's tokenizer for text prompts, as `kvrouter
+	// serve --tokenizer` takes it (a tokenizer.json or model directory);
+	// "" is the simulated fleet's demo tokenizer. It implies Text.
+	Tokenizer string
+	// NoPrefixCache has the router tokenize every prompt whole: the
+	// workload's 2,048 request bodies come round again and again, which
+	// real traffic does not do as much.
+	NoPrefixCache bool
+	Seed          uint64
 	// Setup bounds how long the router may take to take the fleet in.
 	Setup time.Duration
 	// Profile, when set, gets a CPU profile of the routed phase alone.
@@ -80,8 +89,15 @@ type Result struct {
 	Sources        int     `json:"sources"`
 	Concurrency    int     `json:"concurrency"`
 	PromptTokens   int     `json:"prompt_tokens"`
-	Input          string  `json:"input"`
-	Cores          int     `json:"cores"`
+	// MeanTokens is the requests' mean length in tokens of the router's
+	// tokenizer (text prompts).
+	MeanTokens float64 `json:"mean_prompt_tokens"`
+	Input      string  `json:"input"`
+	Tokenizer  string  `json:"tokenizer,omitempty"`
+	// PrefixCache says the router's tokenizer reused the ids of prompt
+	// prefixes it had seen.
+	PrefixCache bool `json:"prefix_cache"`
+	Cores       int  `json:"cores"`
 }
 
 func (c *Config) check() error {
@@ -112,7 +128,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.MemProfile != nil {
 		runtime.MemProfileRate = 0 // setup is not the router's cost
 	}
-	w, err := newWorkload(cfg.Seed, cfg.PromptTokens, cfg.Text)
+	var local *frontdoor.Local
+	if cfg.Tokenizer != "" || cfg.Text {
+		cfg.Text = true
+		name := cfg.Tokenizer
+		if name == "" {
+			name = frontdoor.TokenizerDemo
+		}
+		var err error
+		if local, err = frontdoor.LoadLocal(name, "", ""); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		if cfg.NoPrefixCache {
+			m := *local.Model
+			m.Tok = m.Tok.WithoutPrefixCache()
+			local = &frontdoor.Local{Model: &m}
+		}
+	}
+	w, err := newWorkload(cfg.Seed, cfg.PromptTokens, local)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -126,6 +159,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	reg := discovery.NewMemory(time.Hour, time.Now)
 	o := serve.Defaults()
 	o.Listen, o.NATSListen, o.Registry, o.Log, o.Trace = "127.0.0.1:0", "127.0.0.1:0", reg, discard, tr.add
+	// The null engine has no /tokenize: the router tokenizes itself, with
+	// the tokenizer the agents' caches were built with.
+	o.Local, o.TokenizerCheck = local, 0
+	if local == nil {
+		o.Tokenizer = frontdoor.TokenizerDemo // never used: prompts are ids
+	}
 	o.AdminListen = "" // the benchmark reads no operator view
 	// The null engine counts every request it answers: nothing but the
 	// benchmark's may reach it.
@@ -150,11 +189,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Both sets are built before anything is measured or profiled: the
 	// router's allocation profile is not to hold the load generator's.
 	toRouter, toEngine := make([][]byte, bodies), make([][]byte, bodies)
+	tokens := 0
 	for i := range bodies {
 		q, err := w.request(i, cfg.Workers)
 		if err != nil {
 			return nil, err
 		}
+		tokens += q.tokens
 		toRouter[i] = wireRequest(g.Addr, pathCompletions, q.body)
 		toEngine[i] = wireRequest(be.ln.Addr().String(), pathCompletions, q.body)
 	}
@@ -216,7 +257,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ClientP99us:    micros(quantile(routed.latency, 0.99)),
 	}
 	if cfg.Text {
-		res.Input = "text"
+		res.Input, res.Tokenizer = "text", cfg.Tokenizer
+		if res.Tokenizer == "" {
+			res.Tokenizer = frontdoor.TokenizerDemo
+		}
+		res.MeanTokens = float64(tokens) / bodies
+		res.PrefixCache = !cfg.NoPrefixCache
 	}
 	res.RouterCPUsPer1 = res.CPUsPer1k - res.ClientCPUsPer1
 	added, tok, dec := make([]time.Duration, len(ts)), make([]time.Duration, len(ts)), make([]time.Duration, len(ts))
@@ -231,6 +277,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // WriteTable prints the result for people.
 func (r *Result) WriteTable(w io.Writer) error {
+	input := r.Input
+	if r.Input == "text" {
+		input = fmt.Sprintf("text (%.0f tokens on average, --tokenizer %s, prefix cache %v)", r.MeanTokens, r.Tokenizer, r.PrefixCache)
+	}
 	_, err := fmt.Fprintf(w, `router cost: %d worker ranks (%d sources), %d-token prompts as %s, %d client connections, %d cores
   routed requests/s          %10.0f   (%d requests, %d errors, %d reached the null engine)
   added latency p50 / p99    %10.1f / %.1f µs   (handler start to upstream request written, less tokenization)
@@ -242,7 +292,7 @@ func (r *Result) WriteTable(w io.Writer) error {
     router (difference)      %10.3f s
   RSS                        %10.1f MB   (whole process)
 The client and the null engine run in the router's process and share its cores.
-`, r.Workers, r.Sources, r.PromptTokens, r.Input, r.Concurrency, r.Cores,
+`, r.Workers, r.Sources, r.PromptTokens, input, r.Concurrency, r.Cores,
 		r.RoutedRPS, r.Requests, r.Errors, r.BackendHits,
 		r.AddedP50us, r.AddedP99us, r.DecideP50us, r.DecideP99us, r.TokenizeP50us,
 		r.ClientP50us, r.ClientP99us, r.CPUsPer1k, r.ClientCPUsPer1, r.RouterCPUsPer1, r.RSSMB)

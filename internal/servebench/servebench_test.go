@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/tokenizer"
 )
 
@@ -57,23 +58,41 @@ func TestRun(t *testing.T) {
 // TestRunText: with text prompts the router tokenizes, and says how long
 // that took.
 func TestRunText(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Workers, cfg.Duration, cfg.Warmup, cfg.Concurrency, cfg.PromptTokens, cfg.Text = 4, 300*time.Millisecond, 0, 2, 128, true
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Requests == 0 || res.Errors != 0 || res.BackendHits != res.Requests || res.Input != "text" || res.TokenizeP50us <= 0 {
-		t.Fatalf("text run %+v", res)
+	for _, tc := range []struct {
+		text            bool
+		tokenizer, want string
+	}{
+		{true, "", frontdoor.TokenizerDemo},
+		{false, realTokenizer, realTokenizer},
+	} {
+		cfg := DefaultConfig()
+		cfg.Workers, cfg.Duration, cfg.Warmup, cfg.Concurrency, cfg.PromptTokens = 4, 300*time.Millisecond, 0, 2, 128
+		cfg.Text, cfg.Tokenizer = tc.text, tc.tokenizer
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requests == 0 || res.Errors != 0 || res.BackendHits != res.Requests || res.Input != "text" || res.TokenizeP50us <= 0 ||
+			res.Tokenizer != tc.want || res.MeanTokens < 100 {
+			t.Fatalf("text run %+v", res)
+		}
 	}
 }
+
+// realTokenizer is a small byte-level BPE tokenizer of the Llama 3 family.
+const realTokenizer = "../tokenizer/testdata/llama3-mini.json"
 
 // TestWorkloadPrefixes: a request continuing a conversation starts with the
 // blocks its rank holds, token for token, whether sent as ids or as text
 // the router tokenizes; so the fleet's caches are hit as a real fleet's.
 func TestWorkloadPrefixes(t *testing.T) {
-	for _, text := range []bool{false, true} {
-		w, err := newWorkload(7, 480, text)
+	real, err := frontdoor.LoadLocal(realTokenizer, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []*frontdoor.Local{nil, {Model: tokenizer.Demo()}, real} {
+		text := tok != nil
+		w, err := newWorkload(7, 480, tok)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,13 +114,13 @@ func TestWorkloadPrefixes(t *testing.T) {
 				if err := json.Unmarshal(body.Prompt, &s); err != nil {
 					t.Fatal(err)
 				}
-				toks = tokenizer.Default().Encode(s, true)
+				toks = tok.Text(s, true)
 			} else if err := json.Unmarshal(body.Prompt, &toks); err != nil {
 				t.Fatal(err)
 			}
 			held := w.sys[systemOf(q.rank)]
 			if text {
-				held = tokenizer.Default().Encode(w.sysText[systemOf(q.rank)], true)
+				held = tok.Text(w.sysText[systemOf(q.rank)], true)
 			}
 			if q.conv >= 0 {
 				held = w.conversation(q.rank, q.conv)

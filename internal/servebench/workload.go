@@ -8,10 +8,10 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"kvrouter/internal/frontdoor"
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvhash"
-	"kvrouter/internal/tokenizer"
 )
 
 // Workload shape. A prompt is a system prompt, a conversation's history and
@@ -37,23 +37,20 @@ const (
 type workload struct {
 	seed            uint64
 	text            bool
-	tok             *tokenizer.Tokenizer
-	system, history int // in blocks
-	fresh           int // new turn, in blocks
+	tok             *frontdoor.Local // the router's tokenizer, for text
+	system, history int              // in blocks
+	fresh           int              // new turn, in blocks
 	sys             [systems][]uint32
 	sysText         [systems]string
 }
 
-func newWorkload(seed uint64, promptTokens int, text bool) (*workload, error) {
+func newWorkload(seed uint64, promptTokens int, tok *frontdoor.Local) (*workload, error) {
 	blocks := promptTokens / blockSize
 	if blocks < 3 {
 		return nil, fmt.Errorf("--prompt-tokens %d: want at least %d (three blocks)", promptTokens, 3*blockSize)
 	}
-	w := &workload{seed: seed, text: text, system: blocks / 3, history: blocks / 2}
+	w := &workload{seed: seed, text: tok != nil, tok: tok, system: blocks / 3, history: blocks / 2}
 	w.fresh = blocks - w.system - w.history
-	if text {
-		w.tok = tokenizer.Default()
-	}
 	for s := range systems {
 		w.sys[s], w.sysText[s] = w.piece(0, uint64(s), w.system*blockSize)
 	}
@@ -92,7 +89,7 @@ func (w *workload) conversation(rank, c int) []uint32 {
 	if !w.text {
 		return append(append([]uint32(nil), w.sys[s]...), hist...)
 	}
-	return w.tok.Encode(w.sysText[s]+histText, true)
+	return w.tok.Text(w.sysText[s]+histText, true)
 }
 
 // store is the op storing a prompt's full blocks from the root.
@@ -126,6 +123,8 @@ type request struct {
 	body []byte
 	rank int
 	conv int // the rank's conversation it continues; -1 for a new one
+	// tokens is the prompt's length in tokens.
+	tokens int
 }
 
 // request returns the i-th request: a conversation of a random rank
@@ -146,17 +145,21 @@ func (w *workload) request(i, ranks int) (request, error) {
 		toks, text = append(append([]uint32(nil), toks...), hist...), text+histText
 	}
 	turn, turnText := w.piece(2, uint64(i), n)
-	var prompt any = append(append([]uint32(nil), toks...), turn...)
+	ids := append(append([]uint32(nil), toks...), turn...)
+	var prompt any = ids
+	q.tokens = len(ids)
 	if w.text {
 		prompt = text + turnText
+		q.tokens = len(w.tok.Text(text+turnText, true))
 	}
 	var err error
 	q.body, err = json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": 1})
 	return q, err
 }
 
-// words are common English words: most are one token each, so that a text
-// prompt is about as long in tokens as in words.
+// words are common English words: most are one token each (with a leading
+// space) in the demo vocabulary and in real ones, so that a text prompt is
+// about as long in tokens as in words.
 var words = strings.Fields(`the of and to in is you that it he was for on are as with his they at be this
 have from or one had by word but not what all were we when your can said there use an each which she do how
 their if will up other about out many then them these so some her would make like him into time has look two

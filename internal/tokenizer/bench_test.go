@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -33,7 +34,7 @@ func BenchmarkEncodeCold(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		model := *tok.model
-		model.cache = newWordCache()
+		model.cache, model.short = newWordCache(), new(shortCache)
 		tok.model = &model
 		tok.Encode(text, false)
 	}
@@ -59,10 +60,9 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkEncodeQwen3Prompt encodes a 1,536-token English prompt with
-// the real Qwen3 tokenizer (151k vocabulary), word cache warm: the cost on
-// a routed request's path.
-func BenchmarkEncodeQwen3Prompt(b *testing.B) {
+// qwen3Prompt returns the Qwen3 tokenizer and a 1,536-token English
+// prompt.
+func qwen3Prompt(b *testing.B) (*Tokenizer, string) {
 	tok, err := Load(bytes.NewReader(realTokenizerJSON(b, "qwen3")))
 	if err != nil {
 		b.Fatal(err)
@@ -76,9 +76,48 @@ func BenchmarkEncodeQwen3Prompt(b *testing.B) {
 	if n := len(tok.Encode(prompt, false)); n < 1530 || n > 1542 {
 		b.Fatalf("prompt re-encodes to %d tokens", n)
 	}
+	return tok, prompt
+}
+
+// BenchmarkEncodeQwen3Prompt encodes a 1,536-token English prompt with
+// the real Qwen3 tokenizer (151k vocabulary), word cache warm, prefix
+// cache off: the cost of a prompt that shares nothing with earlier ones.
+func BenchmarkEncodeQwen3Prompt(b *testing.B) {
+	tok, prompt := qwen3Prompt(b)
+	tok = tok.WithoutPrefixCache()
 	b.SetBytes(int64(len(prompt)))
 	b.ReportAllocs()
-	for b.Loop() {
-		tok.Encode(prompt, false)
-	}
+	loopCPU(b, func() { tok.Encode(prompt, false) })
+}
+
+// BenchmarkEncodeQwen3PromptShared is BenchmarkEncodeQwen3Prompt through
+// the prefix cache for prompts that share their first five sixths (a
+// system prompt and earlier turns) and differ in the rest, as the turns of
+// a conversation do: each has a new number at the start of its last sixth
+// (building it is counted).
+func BenchmarkEncodeQwen3PromptShared(b *testing.B) {
+	tok, prompt := qwen3Prompt(b)
+	shared, rest := prompt[:len(prompt)*5/6], prompt[len(prompt)*5/6:]
+	tok.Encode(shared, false)
+	b.SetBytes(int64(len(prompt)))
+	b.ReportAllocs()
+	i := 0
+	loopCPU(b, func() {
+		i++
+		tok.Encode(shared+" "+strconv.Itoa(i)+rest, false)
+	})
+}
+
+// BenchmarkEncodeQwen3PromptNew is BenchmarkEncodeQwen3Prompt through the
+// prefix cache for prompts that share nothing (each starts with a new
+// number): what the cache costs when it never hits.
+func BenchmarkEncodeQwen3PromptNew(b *testing.B) {
+	tok, prompt := qwen3Prompt(b)
+	b.SetBytes(int64(len(prompt)))
+	b.ReportAllocs()
+	i := 0
+	loopCPU(b, func() {
+		i++
+		tok.Encode(strconv.Itoa(i)+" "+prompt, false)
+	})
 }

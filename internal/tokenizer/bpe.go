@@ -133,6 +133,7 @@ type bpe struct {
 	words map[string]uint32
 
 	cache *wordCache
+	short *shortCache
 }
 
 func newBPE(m *modelJSON, byteLevel bool) (*bpe, error) {
@@ -166,6 +167,7 @@ func newBPE(m *modelJSON, byteLevel bool) (*bpe, error) {
 		ignoreMerges: m.IgnoreMerges,
 		byteLevel:    byteLevel,
 		cache:        newWordCache(),
+		short:        new(shortCache),
 	}
 	for tok, id := range m.Vocab {
 		// Two tokens with one id: keep one deterministically.
@@ -258,6 +260,17 @@ func (b *bpe) encodeWord(dst []uint32, w string, sc *scratch) []uint32 {
 		if id, ok := b.words[w]; ok {
 			return append(dst, id)
 		}
+	}
+	if len(w) <= maxShortWord {
+		k := shortKey(w)
+		ids, set := b.short.get(k)
+		if ids != nil {
+			return append(dst, ids...)
+		}
+		n := len(dst)
+		dst = b.encodeUncached(dst, w, sc)
+		b.short.put(set, k, slices.Clone(dst[n:]))
+		return dst
 	}
 	if len(w) >= maxCachedWord {
 		return b.encodeUncached(dst, w, sc)

@@ -55,3 +55,53 @@ func (c *wordCache) put(s *cacheSet, w string, ids []uint32) {
 	s[1].Store(s[0].Load())
 	s[0].Store(&cacheEntry{word: strings.Clone(w), ids: ids})
 }
+
+// shortCache is wordCache for pieces of at most maxShortWord bytes, which
+// are most pieces of most text (" the", " quick", ","): the piece itself,
+// with its length, is the key, so a lookup is a multiplication, a load and
+// a comparison of two integers, with no string hashed or compared.
+type shortCache struct {
+	sets [shortSets]cacheSetShort
+}
+
+const (
+	shortBits    = 14
+	shortSets    = 1 << shortBits
+	maxShortWord = 7
+)
+
+type cacheSetShort [2]atomic.Pointer[shortEntry]
+
+type shortEntry struct {
+	key uint64
+	ids []uint32 // shared: never modified
+}
+
+// shortKey packs a piece of at most maxShortWord bytes and its length into
+// an integer that no other such piece has.
+func shortKey(w string) uint64 {
+	k := uint64(len(w)) << 56
+	for i := 0; i < len(w); i++ {
+		k |= uint64(w[i]) << (8 * i)
+	}
+	return k
+}
+
+func (c *shortCache) set(k uint64) *cacheSetShort {
+	return &c.sets[(k*0x9e3779b97f4a7c15)>>(64-shortBits)]
+}
+
+func (c *shortCache) get(k uint64) ([]uint32, *cacheSetShort) {
+	s := c.set(k)
+	for i := range s {
+		if e := s[i].Load(); e != nil && e.key == k {
+			return e.ids, s
+		}
+	}
+	return nil, s
+}
+
+func (c *shortCache) put(s *cacheSetShort, k uint64, ids []uint32) {
+	s[1].Store(s[0].Load())
+	s[0].Store(&shortEntry{key: k, ids: ids})
+}

@@ -3,6 +3,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -225,4 +226,51 @@ func (g *GoTemplate) Render(msgs []Message, addGenerationPrompt bool) (string, e
 		return "", fmt.Errorf("tokenizer: chat template %q: %w", g.t.Name(), err)
 	}
 	return b.String(), nil
+}
+
+// BuiltinChatTemplate returns a built-in format (one of TemplateNames) as a
+// ChatTemplate, so that the demo tokenizer's simulated fleet and a
+// --chat-template naming a format go through Model.RenderChat like a real
+// model's Jinja template. Message content is flattened to text as
+// FlattenContent does; tools and chat_template_kwargs other than
+// add_generation_prompt do not shape these formats.
+func BuiltinChatTemplate(name string) (*ChatTemplate, error) {
+	t, err := TemplateByName(name)
+	if err != nil {
+		return nil, err
+	}
+	return &ChatTemplate{builtin: t, name: name}, nil
+}
+
+// applyBuiltin renders req with a built-in format.
+func (c *ChatTemplate) applyBuiltin(req *ChatRequest) (string, error) {
+	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	if !isNull(req.ChatTemplateKwargs) {
+		var kw map[string]json.RawMessage
+		if err := json.Unmarshal(req.ChatTemplateKwargs, &kw); err != nil {
+			return "", fmt.Errorf("chat request: chat_template_kwargs: want an object: %w", ErrBadMessage)
+		}
+		if v, ok := kw["add_generation_prompt"]; ok {
+			addGen = string(v) == "true"
+		}
+	}
+	if req.ContinueFinalMessage {
+		return "", fmt.Errorf("chat request: continue_final_message: the built-in format %q does not support it: %w", c.name, ErrBadMessage)
+	}
+	var raw []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(req.Messages, &raw); err != nil {
+		return "", fmt.Errorf("chat request: messages: want a list of {role, content}: %w", ErrBadMessage)
+	}
+	msgs := make([]Message, len(raw))
+	for i, m := range raw {
+		text, err := FlattenContent(m.Content)
+		if err != nil {
+			return "", fmt.Errorf("chat request: messages[%d]: %w", i, err)
+		}
+		msgs[i] = Message{Role: m.Role, Content: text}
+	}
+	return c.builtin.Render(msgs, addGen)
 }

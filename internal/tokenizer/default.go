@@ -31,3 +31,17 @@ var loadDefault = sync.OnceValue(func() *Tokenizer {
 // simulated engine and the router share when no model tokenizer is
 // configured. It pairs with the "chatml" chat template.
 func Default() *Tokenizer { return loadDefault() }
+
+var loadDemo = sync.OnceValue(func() *Model {
+	chat, err := BuiltinChatTemplate("chatml")
+	if err != nil {
+		panic("tokenizer: " + err.Error())
+	}
+	return &Model{Tok: Default(), Chat: chat}
+})
+
+// Demo returns the embedded demo tokenizer as a model with the chatml
+// format: the model of the simulated fleet (`kvrouter mocker` with its
+// defaults, `kvrouter demo`), which a router in front of it names with
+// --tokenizer demo. It must not be modified.
+func Demo() *Model { return loadDemo() }

@@ -58,6 +58,20 @@
 // maximal subpart, as Python's "replace" error handler and Go's JSON
 // decoder do) before tokenizing.
 //
+// # Speed
+//
+// Tokenization is on every request's path. The known pre-tokenizer
+// expressions are matched by hand, with ASCII words and digits taken
+// without trying the alternatives in turn, and their pieces go to the BPE
+// model as they are found. Pieces are cached with their ids (a piece of up
+// to seven bytes keyed by its own bytes, longer ones by hash). A prefix
+// cache keeps the ids of text already seen, in content-defined chunks cut
+// where a cut cannot change the ids (see prefix.go), so a prompt that
+// shares a system prompt or earlier turns with an earlier one is tokenized
+// only past what they share; it applies to tokenizers whose pipeline makes
+// such cuts safe (the byte-level families), and tests hold its results to
+// those of encoding whole.
+//
 // # Chat templates
 //
 // A model's chat template is a Jinja program. It runs on

@@ -23,6 +23,9 @@ type ChatTemplate struct {
 	src    string
 	tmpl   *jinja.Template
 	openai bool // content format: see detectContentFormat
+	// builtin, when set, renders instead of tmpl (BuiltinChatTemplate).
+	builtin Template
+	name    string
 	// Now is the clock of strftime_now (Llama 3.x puts today's date in
 	// the prompt); nil means time.Now.
 	Now func() time.Time

@@ -115,6 +115,21 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
+// LoadChatTemplate reads a chat template given as an engine's
+// --chat-template is: the path of a Jinja file, or here also the name of a
+// built-in format (one of TemplateNames).
+func LoadChatTemplate(nameOrPath string) (*ChatTemplate, error) {
+	if t, err := BuiltinChatTemplate(nameOrPath); err == nil {
+		return t, nil
+	}
+	src, err := os.ReadFile(nameOrPath)
+	if err != nil {
+		return nil, fmt.Errorf("not one of the built-in formats (%s) and not a readable Jinja file: %w",
+			strings.Join(TemplateNames(), ", "), err)
+	}
+	return NewChatTemplate(string(src))
+}
+
 // SetChatTemplate replaces the model's chat template, as an engine's
 // --chat-template does.
 func (m *Model) SetChatTemplate(c *ChatTemplate) { m.Chat, m.ToolChat = c, nil }
@@ -156,6 +171,9 @@ func (m *Model) EncodeChat(req *ChatRequest) (string, []uint32, error) {
 
 // Apply renders req with the special tokens of cfg (which may be nil).
 func (c *ChatTemplate) Apply(req *ChatRequest, cfg *Config) (string, error) {
+	if c.builtin != nil {
+		return c.applyBuiltin(req)
+	}
 	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 	vars := map[string]jinja.Value{}
 	for k, v := range cfg.templateVars() {

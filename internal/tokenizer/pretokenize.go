@@ -77,7 +77,7 @@ func appendPreSteps(steps *[]preStep, byteLevel *bool, raw json.RawMessage, fiel
 			// The well-known expressions have hand-written matchers, several
 			// times faster than a regexp; others go to Go's regexp.
 			if p, ok := pretok.Lookup(*j.Pattern.Regex); ok {
-				*steps = append(*steps, splitStep{find: p.Next, behavior: b, invert: j.Invert})
+				*steps = append(*steps, splitStep{find: p.Next, behavior: b, invert: j.Invert, pattern: p})
 				return nil
 			}
 			re, err := compileSplitRegex(*j.Pattern.Regex, field+".pattern")
@@ -224,6 +224,7 @@ type splitStep struct {
 	find     func(s string, i int) (int, int)
 	behavior behavior
 	invert   bool
+	pattern  *pretok.Pattern // the known expression find matches, if any
 }
 
 func literalFinder(lit string) func(string, int) (int, int) {
@@ -327,4 +328,28 @@ func applyBehavior(spans []span, b behavior) []span {
 		out = spans
 	}
 	return out
+}
+
+// onePattern returns the known expression that is the whole of a
+// pre-tokenizer, isolating its matches, or nil: the usual byte-level
+// tokenizer (a Split on its expression, then ByteLevel without a regex, or
+// ByteLevel with GPT-2's), whose pieces can go to the model as they are
+// found.
+func onePattern(steps []preStep) *pretok.Pattern {
+	if len(steps) != 1 {
+		return nil
+	}
+	switch st := steps[0].(type) {
+	case splitStep:
+		// Isolated keeps every span, matches and gaps alike, whatever
+		// invert says.
+		if st.behavior == isolated {
+			return st.pattern
+		}
+	case byteLevelStep:
+		if st.useRegex && !st.addPrefixSpace {
+			return pretok.GPT2
+		}
+	}
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"kvrouter/internal/tokenizer/internal/pretok"
 )
 
 // Tokenizer encodes text into token ids and decodes them back. It is
@@ -17,8 +19,10 @@ import (
 type Tokenizer struct {
 	model      *bpe
 	added      *addedVocab
-	normalizer normalizer // nil: identity
-	pre        []preStep  // empty: the whole text is one piece
+	normalizer normalizer      // nil: identity
+	pre        []preStep       // empty: the whole text is one piece
+	pattern    *pretok.Pattern // onePattern(pre)
+	prefix     *prefixCache    // nil unless prefixSafe
 	post       *postProcessor
 	decoder    []decodeStep
 	hasDecoder bool
@@ -76,6 +80,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 	if t.pre, byteLevel, err = parsePreTokenizer(f.PreTokenizer, "pre_tokenizer"); err != nil {
 		return nil, err
 	}
+	t.pattern = onePattern(t.pre)
 	if t.post, err = parsePostProcessor(f.PostProcessor, "post_processor"); err != nil {
 		return nil, err
 	}
@@ -95,6 +100,9 @@ func Load(r io.Reader) (*Tokenizer, error) {
 	}
 	t.vocabSize = len(ids)
 	t.maxBytesPerToken = t.bytesPerToken()
+	if prefixSafe(t) {
+		t.prefix = new(prefixCache)
+	}
 	return t, nil
 }
 
@@ -145,6 +153,23 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 	}
 	ids := make([]uint32, 0, len(text)/4+4)
 	sc := scratchPool.Get().(*scratch)
+	if t.prefix != nil && len(text) >= minChunked {
+		ids = t.encodeChunked(ids, text, sc)
+	} else {
+		ids = t.encodeRaw(ids, text, sc)
+	}
+	clear(sc.pieces[:cap(sc.pieces)])
+	clear(sc.next[:cap(sc.next)])
+	scratchPool.Put(sc)
+	if addSpecial {
+		ids = t.post.apply(ids)
+	}
+	return ids
+}
+
+// encodeRaw appends the ids of text, valid UTF-8, without the
+// post-processor's tokens.
+func (t *Tokenizer) encodeRaw(ids []uint32, text string, sc *scratch) []uint32 {
 	atStart := true
 	t.added.raw.each(text, func(seg string, tok *addedToken) {
 		if tok != nil {
@@ -164,12 +189,6 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 			atStart = false
 		})
 	})
-	clear(sc.pieces[:cap(sc.pieces)])
-	clear(sc.next[:cap(sc.next)])
-	scratchPool.Put(sc)
-	if addSpecial {
-		ids = t.post.apply(ids)
-	}
 	return ids
 }
 
@@ -177,6 +196,25 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 // encodes every piece. atStart says that s begins the input text, which
 // Metaspace's prepend_scheme "first" needs to know.
 func (t *Tokenizer) encodeText(dst []uint32, s string, atStart bool, sc *scratch) []uint32 {
+	if p := t.pattern; p != nil {
+		// Each piece to the model as soon as it is found.
+		last := 0
+		for i := 0; i < len(s); {
+			start, end := p.Next(s, i)
+			if start < 0 {
+				break
+			}
+			if start > last {
+				dst = t.model.encodeWord(dst, s[last:start], sc)
+			}
+			dst = t.model.encodeWord(dst, s[start:end], sc)
+			last, i = end, end
+		}
+		if last < len(s) {
+			dst = t.model.encodeWord(dst, s[last:], sc)
+		}
+		return dst
+	}
 	pieces := append(sc.pieces[:0], s)
 	for _, step := range t.pre {
 		next := sc.next[:0]

@@ -20,6 +20,14 @@ type Pattern struct {
 	name   string
 	source string
 	alts   []alt
+	// asciiWords says that an ASCII letter, or a space and an ASCII
+	// letter, can only start a letter run (` ?\p{L}+` or
+	// `[^\r\n\p{L}\p{N}]?\p{L}+` after the contractions), which matchAt
+	// then takes without trying the alternatives in turn: most pieces of
+	// most text are such words.
+	asciiWords bool
+	// digits is the most digits of a number piece (0: unbounded).
+	digits int
 }
 
 // Name returns the short name of the pattern, such as "gpt2" or "llama3".
@@ -61,7 +69,7 @@ type alt struct {
 var (
 	// GPT2 is the expression of GPT-2 and of the ByteLevel pre-tokenizer's
 	// use_regex option.
-	GPT2 = &Pattern{name: "gpt2", source: gpt2Source, alts: []alt{
+	GPT2 = &Pattern{name: "gpt2", source: gpt2Source, asciiWords: true, alts: []alt{
 		{kind: contraction},
 		{kind: letters, prefix: spacePrefix},
 		{kind: numbers, prefix: spacePrefix},
@@ -70,7 +78,7 @@ var (
 		{kind: spaces},
 	}}
 	// Llama3 is the expression of Llama 3 (OpenAI's cl100k_base).
-	Llama3 = &Pattern{name: "llama3", source: llama3Source, alts: []alt{
+	Llama3 = &Pattern{name: "llama3", source: llama3Source, asciiWords: true, digits: 3, alts: []alt{
 		{kind: contraction, fold: true},
 		{kind: letters, prefix: otherPrefix},
 		{kind: numbers, max: 3},
@@ -81,7 +89,7 @@ var (
 	}}
 	// Qwen2 is the expression of Qwen2, Qwen2.5 and Qwen3: Llama 3's with
 	// single digits.
-	Qwen2 = &Pattern{name: "qwen2", source: qwen2Source, alts: []alt{
+	Qwen2 = &Pattern{name: "qwen2", source: qwen2Source, asciiWords: true, digits: 1, alts: []alt{
 		{kind: contraction, fold: true},
 		{kind: letters, prefix: otherPrefix},
 		{kind: numbers, max: 1},
@@ -91,7 +99,7 @@ var (
 		{kind: spaces},
 	}}
 	// Tekken is the expression of Mistral NeMo's Tekken tokenizer.
-	Tekken = &Pattern{name: "tekken", source: tekkenSource, alts: []alt{
+	Tekken = &Pattern{name: "tekken", source: tekkenSource, digits: 1, alts: []alt{
 		{kind: casedLower, prefix: otherPrefix},
 		{kind: casedUpper, prefix: otherPrefix},
 		{kind: numbers, max: 1},
@@ -101,7 +109,7 @@ var (
 		{kind: spaces},
 	}}
 	// O200k is the expression of OpenAI's o200k_base.
-	O200k = &Pattern{name: "o200k", source: o200kSource, alts: []alt{
+	O200k = &Pattern{name: "o200k", source: o200kSource, digits: 3, alts: []alt{
 		{kind: casedLower, prefix: otherPrefix, suffix: true},
 		{kind: casedUpper, prefix: otherPrefix, suffix: true},
 		{kind: numbers, max: 3},
@@ -194,6 +202,27 @@ func SplitIsolated(dst []string, s string, next func(s string, i int) (start, en
 // matchAt returns the end of the match starting exactly at i, or -1: the
 // first alternative that matches wins, as in a backtracking engine.
 func (p *Pattern) matchAt(s string, i int) int {
+	c := s[i]
+	if p.asciiWords {
+		j := i
+		if c == ' ' && i+1 < len(s) {
+			j++
+			c = s[j]
+		}
+		if c < utf8.RuneSelf && ascii[c]&clsLetter != 0 {
+			return runClass(s, j+1, clsLetter)
+		}
+		c = s[i]
+	}
+	if c < utf8.RuneSelf && ascii[c]&clsNumber != 0 {
+		// No alternative before the numbers' takes a digit.
+		return numberRun(s, i, p.digits)
+	}
+	return p.matchAlts(s, i)
+}
+
+// matchAlts is matchAt trying every alternative in turn.
+func (p *Pattern) matchAlts(s string, i int) int {
 	for k := range p.alts {
 		if e := p.alts[k].match(s, i); e > i {
 			return e

@@ -158,3 +158,20 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastPaths: matchAt's shortcuts for ASCII words and digits end where
+// trying the alternatives in turn does, at every position.
+func FuzzFastPaths(f *testing.F) {
+	for _, s := range []string{"Hello world 12345", " a1 b2 'sx", "  x\ny 9½ é", "word's ῼx 3٣", "a\xffb 7"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, p := range Patterns {
+			for i := 0; i < len(s); i++ {
+				if got, want := p.matchAt(s, i), p.matchAlts(s, i); got != want {
+					t.Fatalf("%s at %d of %q: %d, want %d", p.Name(), i, s, got, want)
+				}
+			}
+		}
+	})
+}
