@@ -1,3 +1,4 @@
+// This file holds decode --zmq's source: a live engine stream as kvevents frames.
 package main
 
 import (
@@ -19,6 +20,7 @@ type zmqSource struct {
 	cancel context.CancelFunc
 	left   int // frames still to yield; <0 means no limit
 	log    *slog.Logger
+	ended  bool // done was received
 }
 
 func newZMQSource(ctx context.Context, cfg kvstream.Config, count int, log *slog.Logger) (*zmqSource, error) {
@@ -43,6 +45,7 @@ func (s *zmqSource) Next() (kvevents.Frame, error) {
 	for {
 		select {
 		case err := <-s.done:
+			s.ended = true
 			if err != nil {
 				return kvevents.Frame{}, fmt.Errorf("--zmq: %w", err)
 			}
@@ -63,5 +66,7 @@ func (s *zmqSource) Next() (kvevents.Frame, error) {
 
 func (s *zmqSource) Close() {
 	s.cancel()
-	<-s.done
+	if !s.ended {
+		<-s.done
+	}
 }

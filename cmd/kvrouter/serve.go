@@ -75,7 +75,8 @@ Workers come from two places:
 --worker takes comma-separated key=value pairs:
   url=http://H:P        the engine's OpenAI server (required)
   events=tcp://H:P      its KV event publisher, dialable; omit for approximate mode
-  replay=tcp://H:P      its replay endpoint, to heal sequence gaps
+  replay=tcp://H:P      its replay endpoint, to heal sequence gaps (with events=,
+                        or an engine with dp=1 that sends to --events-bind)
   block_size=N          KV block size in tokens (default 16; must match the engine)
   dp=N                  data-parallel ranks (default 1)
   tp=N                  tensor-parallel ranks per DP rank (default 1; engine=sglang

@@ -29,9 +29,9 @@ type Fleet struct {
 	Log        *slog.Logger
 	Now        func() time.Time
 
-	mu     sync.Mutex
-	byHost map[string]*flagWorker // URL host:port → worker, for bind-mode topics
-	warned map[string]bool
+	mu      sync.Mutex
+	byHost  map[string]*flagWorker // URL host:port → worker, for bind-mode topics
+	unknown unknownTopics
 }
 
 type flagWorker struct {
@@ -43,7 +43,6 @@ type flagWorker struct {
 // Run brings the fleet up and follows it until ctx ends.
 func (f *Fleet) Run(ctx context.Context) {
 	f.byHost = map[string]*flagWorker{}
-	f.warned = map[string]bool{}
 	var wg sync.WaitGroup
 	for _, spec := range f.Specs {
 		fw := &flagWorker{spec: spec}
@@ -147,9 +146,12 @@ func pump(ctx context.Context, sub *kvstream.Subscriber, log *slog.Logger, handl
 
 // bind takes the events engines send to --events-bind (the llm-d
 // convention): the topic kv@<host>:<port>@<model> names the worker by its
-// URL's host:port. A worker first seen here leaves approximate mode.
+// URL's host:port. A worker first seen here leaves approximate mode. The
+// subscriber keeps no state for a topic that names no worker, and gaps
+// are healed from the worker's replay= endpoint.
 func (f *Fleet) bind(ctx context.Context) {
-	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: f.EventsBind, Bind: true, Logger: f.Log})
+	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: f.EventsBind, Bind: true, Logger: f.Log,
+		Accept: f.accept, ReplayFor: f.replayFor, Now: f.Now})
 	if err != nil {
 		f.Log.Error("--events-bind", "endpoint", f.EventsBind, "err", err)
 		return
@@ -167,23 +169,59 @@ func (f *Fleet) bind(ctx context.Context) {
 	})
 }
 
+// accept says whether the subscriber on --events-bind should follow a
+// topic (its publisher key): one that names a worker whose model is known
+// and whose events are not dialed. Other topics' messages are dropped and
+// counted, with a warning for a topic's first within a rate limit.
+func (f *Fleet) accept(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fw := f.byHost[topicHost(key)]
+	if fw != nil && fw.model != "" && fw.spec.Events == "" {
+		return true
+	}
+	f.Metrics.eventDropped.WithLabelValues("unknown_worker").Inc()
+	if fw != nil && fw.spec.Events != "" {
+		// Followed by dialing already: the same events twice would
+		// only confuse the sequence tracking.
+		return false
+	}
+	if warn, unlogged := f.unknown.note(key, f.Now()); warn {
+		f.Log.Warn("events: topic names no --worker (yet); want kv@<host>:<port>@<model> matching a worker's url",
+			"topic", key, "other_topics_unlogged", unlogged)
+	}
+	return false
+}
+
+// replayFor is the replay= endpoint of the worker a topic names, "" for
+// none.
+func (f *Fleet) replayFor(key string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fw := f.byHost[topicHost(key)]; fw != nil && fw.spec.Events == "" {
+		return fw.spec.Replay
+	}
+	return ""
+}
+
+// topicHost is the host:port a kv@<host>:<port>@<model> topic names, ""
+// if it names none.
+func topicHost(topic string) string {
+	parts := strings.SplitN(topic, "@", 3)
+	if len(parts) != 3 {
+		return ""
+	}
+	return parts[1]
+}
+
 // bound returns the ingest of the worker a bind-mode topic names, switching
 // the worker to events mode at its first batch.
 func (f *Fleet) bound(topic string) *ingest {
-	parts := strings.SplitN(topic, "@", 3)
-	host := ""
-	if len(parts) == 3 {
-		host = parts[1]
-	}
+	host := topicHost(topic)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fw := f.byHost[host]
 	if fw == nil || fw.model == "" {
-		if !f.warned[topic] {
-			f.warned[topic] = true
-			f.Log.Warn("events: topic names no --worker (yet); want kv@<host>:<port>@<model> matching a worker's url",
-				"topic", topic)
-		}
 		return nil
 	}
 	if fw.in != nil {

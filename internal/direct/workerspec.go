@@ -118,9 +118,6 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 				errWorkerFlag, s, k, ep)
 		}
 	}
-	if spec.Replay != "" && spec.Events == "" {
-		return WorkerSpec{}, fmt.Errorf("%w %q: replay needs events", errWorkerFlag, s)
-	}
 	if spec.TP > 1 && spec.Engine != router.EngineSGLang {
 		// vLLM's runner connector reports through the engine core's
 		// scheduler, which speaks for all its TP workers: one inventory,
@@ -129,6 +126,27 @@ func ParseWorkerSpec(s string) (WorkerSpec, error) {
 			errWorkerFlag, s, spec.TP, spec.Engine)
 	}
 	return spec, nil
+}
+
+// CheckSpecs checks what one --worker cannot tell alone: replay= without
+// events= needs --events-bind, where such an engine's events arrive.
+func CheckSpecs(specs []WorkerSpec, eventsBind string) error {
+	for _, s := range specs {
+		if s.Replay == "" || s.Events != "" {
+			continue
+		}
+		if eventsBind == "" {
+			return fmt.Errorf("%w %s: replay=%s needs the engine's events: give events= (an engine that binds) or --events-bind (engines that connect)",
+				errWorkerFlag, s.ID, s.Replay)
+		}
+		if s.DP > 1 {
+			// The ranks' publishers share the worker's topic on
+			// --events-bind, so a gap cannot name the rank to ask.
+			return fmt.Errorf("%w %s: replay= with --events-bind needs dp=1 (dp=%d): give events= to follow each rank's publisher",
+				errWorkerFlag, s.ID, s.DP)
+		}
+	}
+	return nil
 }
 
 // parsePlacement accepts the configuration names and "-old" for "-legacy".
