@@ -30,6 +30,7 @@ func (e *Engine) Handler() http.Handler {
 	}
 	mux.HandleFunc("POST "+pathAdminEvict, e.handleEvict)
 	mux.HandleFunc("POST "+pathAdminReset, e.handleReset)
+	mux.HandleFunc("GET "+pathAdminInventory, e.handleInventory)
 	return mux
 }
 

@@ -3,8 +3,10 @@ package serve
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,4 +160,43 @@ func TestEventsBindReplay(t *testing.T) {
 	if got := g.route(t, completionBody(a, "")).OverlapBlocks; got != 4 {
 		t.Fatalf("the blocks from before the gap: overlap %d, want 4 (inventory cleared?)", got)
 	}
+}
+
+// TestDebugInventory: GET /debug/inventory lists a worker rank's blocks by
+// the engine hashes its events named.
+func TestDebugInventory(t *testing.T) {
+	h := newHarness(t)
+	e := newEngine(t, testModel)
+	bind := freeTCP(t)
+	g := h.service(func(o *Options) {
+		o.Workers = []direct.WorkerSpec{spec(t, e, "")}
+		o.EventsBind = bind
+	})
+	waitWorkers(t, g, 1)
+	eng := newPublisher(t, kvstream.PublisherConfig{Endpoint: bind, FirstSeq: 1}, kvencode.VLLMMap, "kv@"+e.hostPort()+"@"+testModel)
+	toks := prompt(3000, 4)
+	eventually(t, "events over --events-bind", func() bool {
+		eng.send(0, stored(toks, kvevents.TierDevice, ""))
+		return g.route(t, completionBody(toks, "")).OverlapBlocks == 4
+	})
+	var inv struct {
+		Sources []struct {
+			Worker string              `json:"worker"`
+			DPRank *int                `json:"dp_rank"`
+			Blocks map[string][]uint64 `json:"blocks"`
+		} `json:"sources"`
+	}
+	if err := json.Unmarshal(get(t, g.url()+"/debug/inventory"), &inv); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Sorted(slices.Values(engineHashes(toks, "")))
+	for _, s := range inv.Sources {
+		if s.Worker == e.hostPort() && s.DPRank != nil && *s.DPRank == 0 {
+			if !slices.Equal(s.Blocks["device"], want) {
+				t.Fatalf("device blocks %v, want %v", s.Blocks["device"], want)
+			}
+			return
+		}
+	}
+	t.Fatalf("no rank 0 of %s in %+v", e.hostPort(), inv)
 }
