@@ -10,6 +10,7 @@ import (
 
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
 )
 
 // specFullAttention is vLLM's kv_cache_spec_kind of the full-attention KV
@@ -221,6 +222,10 @@ func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
 			c.sync(r)
 			return
 		}
+		if errors.Is(err, index.ErrUnknownParent) && s == r.Owner && r.HasOwner && c.underSibling(r, s, ops[0]) {
+			ops = ops[1:]
+			continue
+		}
 		if errors.Is(err, index.ErrUnknownParent) && s == r.Worker && r.complete && !c.cfg.Lossy {
 			// We applied every batch since this publisher started, so the
 			// parent must be known: a batch went missing without the seq
@@ -232,6 +237,32 @@ func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
 		c.out.Count(dropReason(err))
 		ops = ops[1:]
 	}
+}
+
+// underSibling applies op, a store of the rank's runner under a parent the
+// runner does not hold (it evicted it while the GPU kept it), by the
+// identities of its blocks, when the rank's worker source holds the
+// parent: the runner holds the blocks all the same, and a block of its
+// held under a missing parent is what the index keeps when a parent is
+// evicted after its child anyway. It reports whether op was applied.
+func (c *Core) underSibling(r *rank, s index.Source, op index.Op) bool {
+	id, ok := c.out.(Identifier)
+	if !ok || op.Kind != index.OpStore || !op.HasParent || op.Local == nil {
+		return false
+	}
+	pseq, depth, ok := id.Ident(r.Worker, op.Parent)
+	if !ok {
+		return false
+	}
+	st := op
+	st.Parent, st.HasParent, st.Local = 0, false, nil
+	st.Seqs, st.Depths = make([]uint64, len(op.Hashes)), make([]uint32, len(op.Hashes))
+	prev := pseq
+	for i := range op.Hashes {
+		prev = kvhash.SequenceHash(prev, op.Local[i])
+		st.Seqs[i], st.Depths[i] = prev, depth+1+uint32(i)
+	}
+	return c.out.Apply(s, []index.Op{st}) == nil
 }
 
 func dropReason(err error) Reason {

@@ -35,6 +35,14 @@ type Output interface {
 	Count(r Reason)
 }
 
+// Identifier is an Output that can say the identity and depth of a block a
+// source holds (index.Index.Ident). With it, a runner's store under a
+// parent only the rank's GPU holds is applied by identities rather than
+// dropped.
+type Identifier interface {
+	Ident(src index.Source, engine uint64) (seq uint64, depth uint32, ok bool)
+}
+
 // Rank names the sources one DP rank's stream feeds.
 type Rank struct {
 	DP     int

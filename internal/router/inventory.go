@@ -58,3 +58,19 @@ func (r *Router) Inventory() []SourceInventory {
 	slices.SortFunc(out, func(a, b SourceInventory) int { return a.Source.Compare(b.Source) })
 	return out
 }
+
+// Ident says the identity and depth of the block src, one of the sink's
+// worker's sources, holds under engine hash e (index.Index.Ident).
+func (s *Sink) Ident(src index.Source, e uint64) (seq uint64, depth uint32, ok bool) {
+	s.r.mu.RLock()
+	current := s.current(src, false)
+	s.r.mu.RUnlock()
+	if !current {
+		return 0, 0, false
+	}
+	ix, ok := s.r.set.IndexOf(src)
+	if !ok {
+		return 0, 0, false
+	}
+	return ix.Ident(src, e)
+}
