@@ -190,6 +190,9 @@ func (c *Core) apply(r *rank, steps []step) {
 		run = append(run, op)
 	}
 	for _, st := range steps {
+		if st.to == toWorker && st.op.Kind == index.OpRemove && r.HasOwner {
+			c.rememberGone(r, st.op.Hashes)
+		}
 		if st.to != toShard {
 			add(st.src, st.op)
 			continue
@@ -252,7 +255,14 @@ func (c *Core) underSibling(r *rank, s index.Source, op index.Op) bool {
 	}
 	pseq, depth, ok := id.Ident(r.Worker, op.Parent)
 	if !ok {
-		return false
+		// The GPU may have dropped the parent since the runner stored
+		// the block: a peer pull lands after the local prefix it extends
+		// was evicted, the runner's events and the GPU's cross.
+		var g goneBlock
+		if g, ok = r.gone.get(op.Parent); !ok {
+			return false
+		}
+		pseq, depth = g.seq, g.depth
 	}
 	st := op
 	st.Parent, st.HasParent, st.Local = 0, false, nil
@@ -263,6 +273,63 @@ func (c *Core) underSibling(r *rank, s index.Source, op index.Op) bool {
 		st.Seqs[i], st.Depths[i] = prev, depth+1+uint32(i)
 	}
 	return c.out.Apply(s, []index.Op{st}) == nil
+}
+
+// maxGone bounds the identities of blocks a rank's GPU dropped that the
+// core remembers, per rank.
+const maxGone = 4096
+
+// goneBlock is a block's identity and depth, kept after the GPU dropped it.
+type goneBlock struct {
+	seq   uint64
+	depth uint32
+}
+
+// goneBlocks remembers the identities of the last blocks a rank's worker
+// source dropped, by engine hash, oldest forgotten first.
+type goneBlocks struct {
+	m     map[uint64]goneBlock
+	order []uint64 // ring of keys, next at pos
+	pos   int
+}
+
+func (g *goneBlocks) get(e uint64) (goneBlock, bool) {
+	b, ok := g.m[e]
+	return b, ok
+}
+
+func (g *goneBlocks) put(e uint64, b goneBlock) {
+	if g.m == nil {
+		g.m = make(map[uint64]goneBlock, maxGone)
+		g.order = make([]uint64, 0, maxGone)
+	}
+	if _, ok := g.m[e]; ok {
+		g.m[e] = b
+		return
+	}
+	if len(g.order) < maxGone {
+		g.order = append(g.order, e)
+	} else {
+		delete(g.m, g.order[g.pos])
+		g.order[g.pos] = e
+		g.pos = (g.pos + 1) % maxGone
+	}
+	g.m[e] = b
+}
+
+// rememberGone records the identities of blocks the worker source is about
+// to drop, so that a runner store naming one of them as its parent can
+// still be placed (underSibling).
+func (c *Core) rememberGone(r *rank, hashes []uint64) {
+	id, ok := c.out.(Identifier)
+	if !ok {
+		return
+	}
+	for _, e := range hashes {
+		if seq, depth, ok := id.Ident(r.Worker, e); ok {
+			r.gone.put(e, goneBlock{seq, depth})
+		}
+	}
 }
 
 func dropReason(err error) Reason {

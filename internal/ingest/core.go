@@ -90,7 +90,10 @@ type Core struct {
 // rank is one DP rank's stream and the sources it feeds.
 type rank struct {
 	Rank
-	agg   *aggregator    // non-nil: runner inventory arrives per TP shard
+	agg *aggregator // non-nil: runner inventory arrives per TP shard
+	// gone: identities of blocks the worker source dropped lately (with
+	// an owner only), for runner stores under them.
+	gone  goneBlocks
 	srcs  []index.Source // the worker's, then the owner's
 	ready []bool         // as last told to the output, by srcs index
 
