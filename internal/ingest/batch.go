@@ -190,8 +190,8 @@ func (c *Core) apply(r *rank, steps []step) {
 		run = append(run, op)
 	}
 	for _, st := range steps {
-		if st.to == toWorker && st.op.Kind == index.OpRemove && r.HasOwner {
-			c.rememberGone(r, st.op.Hashes)
+		if st.to != toShard && st.op.Kind == index.OpRemove && r.HasOwner {
+			c.rememberGone(r, st.src, st.op.Hashes)
 		}
 		if st.to != toShard {
 			add(st.src, st.op)
@@ -255,9 +255,8 @@ func (c *Core) underSibling(r *rank, s index.Source, op index.Op) bool {
 	}
 	pseq, depth, ok := id.Ident(r.Worker, op.Parent)
 	if !ok {
-		// The GPU may have dropped the parent since the runner stored
-		// the block: a peer pull lands after the local prefix it extends
-		// was evicted, the runner's events and the GPU's cross.
+		// The GPU (or the runner) may have dropped the parent since: a
+		// peer pull lands after the local prefix it extends was evicted.
 		var g goneBlock
 		if g, ok = r.gone.get(op.Parent); !ok {
 			return false
@@ -317,16 +316,16 @@ func (g *goneBlocks) put(e uint64, b goneBlock) {
 	g.m[e] = b
 }
 
-// rememberGone records the identities of blocks the worker source is about
-// to drop, so that a runner store naming one of them as its parent can
-// still be placed (underSibling).
-func (c *Core) rememberGone(r *rank, hashes []uint64) {
+// rememberGone records the identities of blocks src, one of the rank's
+// sources, is about to drop, so that a runner store naming one of them as
+// its parent can still be placed (underSibling).
+func (c *Core) rememberGone(r *rank, src index.Source, hashes []uint64) {
 	id, ok := c.out.(Identifier)
 	if !ok {
 		return
 	}
 	for _, e := range hashes {
-		if seq, depth, ok := id.Ident(r.Worker, e); ok {
+		if seq, depth, ok := id.Ident(src, e); ok {
 			r.gone.put(e, goneBlock{seq, depth})
 		}
 	}

@@ -91,7 +91,7 @@ type Core struct {
 type rank struct {
 	Rank
 	agg *aggregator // non-nil: runner inventory arrives per TP shard
-	// gone: identities of blocks the worker source dropped lately (with
+	// gone: identities of blocks the rank's sources dropped lately (with
 	// an owner only), for runner stores under them.
 	gone  goneBlocks
 	srcs  []index.Source // the worker's, then the owner's
