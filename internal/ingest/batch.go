@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
@@ -192,6 +193,9 @@ func (c *Core) apply(r *rank, steps []step) {
 	for _, st := range steps {
 		if st.to != toShard && st.op.Kind == index.OpRemove && r.HasOwner {
 			c.rememberGone(r, st.src, st.op.Hashes)
+			if st.src == r.Owner {
+				c.cancelPending(r, st.op.Hashes)
+			}
 		}
 		if st.to != toShard {
 			add(st.src, st.op)
@@ -216,6 +220,7 @@ func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
 	for len(ops) > 0 {
 		err := c.out.Apply(s, ops)
 		if err == nil {
+			c.release(r, ops)
 			return
 		}
 		var oe *index.OpError
@@ -225,7 +230,12 @@ func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
 			c.sync(r)
 			return
 		}
-		if errors.Is(err, index.ErrUnknownParent) && s == r.Owner && r.HasOwner && c.underSibling(r, s, ops[0]) {
+		if errors.Is(err, index.ErrUnknownParent) && s == r.Owner && r.HasOwner {
+			if c.underSibling(r, s, ops[0]) {
+				c.release(r, ops[:1])
+			} else {
+				c.defer_(r, ops[0])
+			}
 			ops = ops[1:]
 			continue
 		}
@@ -272,6 +282,108 @@ func (c *Core) underSibling(r *rank, s index.Source, op index.Op) bool {
 		st.Seqs[i], st.Depths[i] = prev, depth+1+uint32(i)
 	}
 	return c.out.Apply(s, []index.Op{st}) == nil
+}
+
+// maxPending bounds the runner stores a rank holds back until their
+// parent is known; past it they are all dropped (and counted).
+const maxPending = 1024
+
+// pendingStores are runner stores held back because neither of the rank's
+// sources knew their parent when they arrived: the engine's runner and GPU
+// publish on their own, so a runner's block can come before the GPU's
+// store of its parent in the same step, or before a pull of the parent
+// that is still running commits. Each waits, by parent, for a store of it.
+type pendingStores struct {
+	byParent map[uint64][]index.Op
+	byHash   map[uint64]uint64 // a held-back block's parent
+}
+
+func (p *pendingStores) len() int { return len(p.byHash) }
+
+// defer_ holds op back until its parent is stored.
+func (c *Core) defer_(r *rank, op index.Op) {
+	p := &r.pending
+	if p.len()+len(op.Hashes) > maxPending {
+		c.dropPending(r)
+	}
+	if p.byParent == nil {
+		p.byParent, p.byHash = map[uint64][]index.Op{}, map[uint64]uint64{}
+	}
+	// The op aliases the decoded batch, which is not ours to keep.
+	op.Hashes, op.Local = slices.Clone(op.Hashes), slices.Clone(op.Local)
+	p.byParent[op.Parent] = append(p.byParent[op.Parent], op)
+	for _, h := range op.Hashes {
+		p.byHash[h] = op.Parent
+	}
+}
+
+// release applies the stores held back under the blocks ops stored.
+func (c *Core) release(r *rank, ops []index.Op) {
+	p := &r.pending
+	if p.len() == 0 {
+		return
+	}
+	for _, op := range ops {
+		if op.Kind != index.OpStore {
+			continue
+		}
+		for _, h := range op.Hashes {
+			waiting := p.byParent[h]
+			if len(waiting) == 0 {
+				continue
+			}
+			delete(p.byParent, h)
+			for _, w := range waiting {
+				for _, k := range w.Hashes {
+					delete(p.byHash, k)
+				}
+			}
+			c.applyRun(r, r.Owner, waiting)
+		}
+	}
+}
+
+// cancelPending forgets held-back blocks the runner dropped: a store cut
+// at the first of them keeps the blocks before it.
+func (c *Core) cancelPending(r *rank, removed []uint64) {
+	p := &r.pending
+	if p.len() == 0 {
+		return
+	}
+	for _, h := range removed {
+		parent, ok := p.byHash[h]
+		if !ok {
+			continue
+		}
+		ops := p.byParent[parent]
+		for i := range ops {
+			j := slices.Index(ops[i].Hashes, h)
+			if j < 0 {
+				continue
+			}
+			for _, k := range ops[i].Hashes[j:] {
+				delete(p.byHash, k)
+			}
+			c.out.Count(DropUnknownParent) // the blocks after it stay unknown
+			ops[i].Hashes, ops[i].Local = ops[i].Hashes[:j], ops[i].Local[:j]
+		}
+		ops = slices.DeleteFunc(ops, func(op index.Op) bool { return len(op.Hashes) == 0 })
+		if len(ops) == 0 {
+			delete(p.byParent, parent)
+		} else {
+			p.byParent[parent] = ops
+		}
+	}
+}
+
+// dropPending gives up every held-back store.
+func (c *Core) dropPending(r *rank) {
+	for _, ops := range r.pending.byParent {
+		for range ops {
+			c.out.Count(DropUnknownParent)
+		}
+	}
+	r.pending = pendingStores{}
 }
 
 // maxGone bounds the identities of blocks a rank's GPU dropped that the

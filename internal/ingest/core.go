@@ -93,9 +93,11 @@ type rank struct {
 	agg *aggregator // non-nil: runner inventory arrives per TP shard
 	// gone: identities of blocks the rank's sources dropped lately (with
 	// an owner only), for runner stores under them.
-	gone  goneBlocks
-	srcs  []index.Source // the worker's, then the owner's
-	ready []bool         // as last told to the output, by srcs index
+	gone goneBlocks
+	// pending: runner stores waiting for their parent (with an owner only).
+	pending pendingStores
+	srcs    []index.Source // the worker's, then the owner's
+	ready   []bool         // as last told to the output, by srcs index
 
 	// The stream is in order while a batch arrived since the start (or a
 	// reconnect, or the engine's return), no gap is open and the engine is
@@ -242,6 +244,7 @@ func (c *Core) reset(r *rank, reason Reason) {
 	if r.agg != nil {
 		r.agg.Reset()
 	}
+	c.dropPending(r)
 }
 
 func removeSpans(s []gapSpan, drop func(gapSpan) bool) []gapSpan {
