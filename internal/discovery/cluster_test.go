@@ -99,3 +99,37 @@ func TestBucketReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConcurrentOpen: agents and routers starting together all open the
+// replicated bucket (the creations that lose the race get no answer from
+// the server and are retried).
+func TestConcurrentOpen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-server NATS cluster")
+	}
+	c, err := bus.StartCluster(bus.ClusterOptions{Servers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, 6)
+	for i := range 6 {
+		go func() {
+			b, err := bus.Open(ctx, bus.Options{URL: c.URL(i % 3), Name: "client"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer b.Close()
+			_, err = OpenNATS(ctx, b.JS, "", 3*time.Second, nil)
+			errs <- err
+		}()
+	}
+	for range 6 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

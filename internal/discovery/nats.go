@@ -73,7 +73,36 @@ func OpenNATS(ctx context.Context, js jetstream.JetStream, bucket string, ttl ti
 	return n, nil
 }
 
+// Creating the bucket: concurrent creations of a replicated bucket leave
+// all but one waiting for an answer that never comes, so each attempt is
+// bounded and retried.
+const (
+	openAttemptTimeout = 2 * time.Second
+	openAttempts       = 8
+)
+
 func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	var err error
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
+		kv, err = n.createOrUpdate(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || attempt == openAttempts {
+			break
+		}
+		n.log.Debug("discovery: bucket not answered in time; retrying", "bucket", n.cfg.Bucket, "attempt", attempt)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("discovery: bucket %q: %w", n.cfg.Bucket, err)
+	}
+	n.mu.Lock()
+	n.kv = kv
+	n.mu.Unlock()
+	return kv, nil
+}
+
+func (n *NATS) createOrUpdate(ctx context.Context) (jetstream.KeyValue, error) {
 	kv, err := n.js.CreateOrUpdateKeyValue(ctx, n.cfg)
 	if cannotPlace(err) {
 		// An existing bucket is taken as it is: updated to one replica it
@@ -86,13 +115,7 @@ func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
 			kv, err = n.js.CreateOrUpdateKeyValue(ctx, one)
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("discovery: bucket %q: %w", n.cfg.Bucket, err)
-	}
-	n.mu.Lock()
-	n.kv = kv
-	n.mu.Unlock()
-	return kv, nil
+	return kv, err
 }
 
 // cannotPlace reports an error saying the bucket's replicas cannot be
