@@ -134,9 +134,10 @@ func (in *injector) peerKill(ctx context.Context, src int) (string, error) {
 	in.tally.add(cause, cause == "" && text != want, fmt.Sprintf("peer-kill prefill: got %q, want %q", text, want))
 	hinted := in.awaitHint(ctx, router, es[dst].ID, es[src].ControlEndpoint(0), prompt)
 	done := make(chan struct{})
+	stream := in.rng.IntN(2) == 0
 	go func() {
 		defer close(done)
-		text, cause := complete(ctx, in.hc, router, es[dst].ID, prompt, maxTokens, in.rng.IntN(2) == 0)
+		text, cause := complete(ctx, in.hc, router, es[dst].ID, prompt, maxTokens, stream)
 		in.tally.add(cause, cause == "" && text != want, fmt.Sprintf("peer-kill pull: got %q, want %q", text, want))
 	}()
 	// The pull's simulated setup keeps it open for tens of milliseconds.
