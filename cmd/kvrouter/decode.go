@@ -39,7 +39,9 @@ and "seq".
 default to tcp://*:5557, so dial tcp://HOST:5557; DP rank r publishes on port
 5557+r), or with --bind listens for engines that connect (llm-d convention).
 Gaps, publisher restarts and reconnects are logged on stderr; with --replay a gap
-is first healed from the engine's replay endpoint.
+is first healed from the engine's replay endpoint (with --bind, --replay means
+that one engine connects). Each batch is written out as it arrives; SIGINT or
+SIGTERM ends the command with exit status 0.
 
 A malformed batch stops the command with exit status 1 and one line on stderr
 naming the event and field at fault. Events the decoder drops (unknown medium or
@@ -48,7 +50,8 @@ ownership) or skips (unknown type) are left out of the output.`,
   kvrouter decode --hex 93cb41d954fc4020000090c0
   kvrouter decode --file payload.bin
   kvrouter decode --zmq tcp://10.0.0.7:5557 --count 10
-  kvrouter decode --zmq tcp://*:5557 --bind --topic kv@`,
+  kvrouter decode --zmq tcp://*:5557 --bind --topic kv@
+  kvrouter decode --zmq tcp://*:5557 --bind --replay tcp://10.0.0.7:5657 > events.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d := &kvevents.Decoder{MaxPayload: maxPayload}
@@ -56,13 +59,21 @@ ownership) or skips (unknown type) are left out of the output.`,
 				// The transport limit stays above --max-payload: an
 				// oversize payload is the decoder's to report.
 				limits := kvstream.Limits{MaxMessageSize: max(kvstream.DefaultMaxMessageSize, int64(maxPayload)+1<<16)}
-				src, err := newZMQSource(cmd.Context(), kvstream.Config{Endpoint: zmqEndpoint, Bind: bind, Topic: topic,
-					ReplayEndpoint: replay, Limits: limits}, count, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+				// With --bind, --replay names the one engine expected to
+				// connect: its topics share one seq counter, as with an
+				// engine that binds.
+				cfg := kvstream.Config{Endpoint: zmqEndpoint, Bind: bind, OnePublisher: bind && replay != "", Topic: topic,
+					ReplayEndpoint: replay, Limits: limits}
+				// SIGINT and SIGTERM end the stream like --count does:
+				// what was decoded is written out and the exit status is 0.
+				ctx, stop := interruptible(cmd)
+				defer stop()
+				src, err := newZMQSource(ctx, cfg, count, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
 				if err != nil {
 					return err
 				}
 				defer src.Close()
-				return kvevents.WriteJSON(cmd.OutOrStdout(), src, d, true)
+				return kvevents.WriteJSONStream(cmd.OutOrStdout(), src, d, true)
 			}
 			in := decodeInput{hex: hexPayload, file: file, frames: frames, maxPayload: maxPayload,
 				useHex: cmd.Flags().Changed("hex"), useFile: cmd.Flags().Changed("file")}

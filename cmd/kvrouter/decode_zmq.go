@@ -21,6 +21,7 @@ type zmqSource struct {
 	cancel context.CancelFunc
 	left   int // frames still to yield; <0 means no limit
 	log    *slog.Logger
+	ended  bool // done was received
 }
 
 var _ kvevents.Source = (*zmqSource)(nil)
@@ -47,6 +48,7 @@ func (s *zmqSource) Next() (kvevents.Frame, error) {
 	for {
 		select {
 		case err := <-s.done:
+			s.ended = true
 			if err != nil {
 				return kvevents.Frame{}, fmt.Errorf("--zmq: %w", err)
 			}
@@ -67,5 +69,7 @@ func (s *zmqSource) Next() (kvevents.Frame, error) {
 
 func (s *zmqSource) Close() {
 	s.cancel()
-	<-s.done
+	if !s.ended {
+		<-s.done
+	}
 }

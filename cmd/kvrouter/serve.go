@@ -83,7 +83,8 @@ Workers come from two places:
   url=http://H:P        the engine's OpenAI server (required)
   events=tcp://H:P      its KV event publisher, dialable; omit for approximate mode
   replay=tcp://H:P      its replay endpoint, to heal sequence gaps and catch up on
-                        its history at start (with --events-bind: at its first batch)
+                        its history at start (with events=, or an engine with dp=1
+                        that sends to --events-bind: at its first batch)
   snapshot=tcp://H:P    SGLang's snapshot_endpoint (engine=sglang, with events=): its
                         snapshot-v1 cut is the start of the catch-up
   block_size=N          KV block size in tokens (default 16; must match the engine)

@@ -36,11 +36,12 @@ type Views struct {
 }
 
 // Mount routes the operator views on mux: GET /metrics, GET
-// /debug/workers and POST /debug/route.
+// /debug/workers, POST /debug/route and GET /debug/inventory.
 func (v *Views) Mount(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(v.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/workers", v.debugWorkers)
 	mux.HandleFunc("POST /debug/route", v.debugRoute)
+	mux.HandleFunc("GET /debug/inventory", v.debugInventory)
 }
 
 // The operator views' JSON shapes.

@@ -33,6 +33,7 @@ type Core struct {
 }
 
 var _ ingest.Output = (*output)(nil)
+var _ ingest.Identifier = (*output)(nil)
 
 // output is the ingest core's output side in the agent: the local index,
 // and through the plane the consumers that mirror it.
@@ -264,4 +265,9 @@ func (c *Core) commit(src index.Source, kind relay.Kind, ops []index.Op, change 
 		return nil
 	}
 	return err
+}
+
+// Ident implements ingest.Identifier on the agent's local index.
+func (o *output) Ident(s index.Source, e uint64) (uint64, uint32, bool) {
+	return (*Core)(o).loc.ix.Ident(s, e)
 }

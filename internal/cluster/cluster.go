@@ -1,6 +1,6 @@
 // Package cluster starts a whole kvrouter deployment on this machine as
 // separate OS processes, the way it runs in production: an embedded NATS
-// server in the calling process, simulated engines (`kvrouter mocker`),
+// server (or a cluster of them) in the calling process, simulated engines (`kvrouter mocker`),
 // one state agent per engine (`kvrouter agent`) and routers
 // (`kvrouter serve`), all on loopback ports. It is what `kvrouter demo` and
 // the end-to-end tests and benchmarks stand on.
@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -77,6 +78,14 @@ type Options struct {
 	// `kvrouter serve` flags; nil starts one router with none.
 	RouterFlags [][]string
 
+	// NATSServers is how many embedded NATS servers run (default 1). More
+	// than one are joined by cluster routes, with JetStream on each; the
+	// agent of engine i and the i-th router started are given server
+	// i mod NATSServers (the first running one from there), so that a
+	// server stopped takes some agents and routers with it, which then
+	// fail over to the servers they learnt from it.
+	NATSServers int
+
 	// LogDir receives one log file per process; empty makes a temporary
 	// directory, removed by a clean Stop unless KeepLogs.
 	LogDir   string
@@ -127,7 +136,8 @@ type Router struct {
 type Cluster struct {
 	opts    Options
 	bin     string
-	bus     *bus.Bus
+	bus     *bus.Bus     // the one embedded server, or nil
+	nats    *bus.Cluster // the embedded servers, with NATSServers > 1
 	logDir  string
 	ownDir  bool
 	log     *slog.Logger
@@ -143,8 +153,29 @@ type Cluster struct {
 	routersStarted int
 }
 
-// NATSURL is the embedded NATS server's client URL.
-func (c *Cluster) NATSURL() string { return c.bus.URL }
+// NATSURL is the embedded NATS server's client URL; with several servers,
+// every server's, comma-separated.
+func (c *Cluster) NATSURL() string {
+	if c.nats != nil {
+		return c.nats.URLs()
+	}
+	return c.bus.URL
+}
+
+// natsFor is the NATS URL the i-th agent or router is given: server i mod
+// NATSServers, or the next one running.
+func (c *Cluster) natsFor(i int) string {
+	if c.nats == nil {
+		return c.bus.URL
+	}
+	n := c.nats.Servers()
+	for k := range n {
+		if j := (i + k) % n; c.nats.Running(j) {
+			return c.nats.URL(j)
+		}
+	}
+	return c.nats.URL(i % n)
+}
 
 // LogDir is where every process's log is.
 func (c *Cluster) LogDir() string { return c.logDir }
@@ -221,6 +252,9 @@ func (o *Options) fill() error {
 	if o.RouterFlags == nil {
 		o.RouterFlags = [][]string{nil}
 	}
+	if o.NATSServers == 0 {
+		o.NATSServers = 1
+	}
 	switch {
 	case o.Engines < 1:
 		return fmt.Errorf("%w: %d engines: --engines must be at least 1", ErrOptions, o.Engines)
@@ -228,6 +262,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("%w: flavor %q: --flavor must be sglang or vllm", ErrOptions, o.Flavor)
 	case o.TP < 1 || o.DP < 1:
 		return fmt.Errorf("%w: tp %d, dp %d: --tp and --dp must be at least 1", ErrOptions, o.TP, o.DP)
+	case o.NATSServers < 1:
+		return fmt.Errorf("%w: %d NATS servers: want at least 1", ErrOptions, o.NATSServers)
 	case o.WorkerIDs != nil && len(o.WorkerIDs) != o.Engines:
 		return fmt.Errorf("%w: %d worker ids for %d engines", ErrOptions, len(o.WorkerIDs), o.Engines)
 	case o.Roles != nil && len(o.Roles) != o.Engines:
@@ -296,11 +332,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: --log-dir: %w", err)
 	}
-	b, err := bus.Open(ctx, bus.Options{Name: "kvrouter-cluster", Logger: opts.Logger})
+	c := &Cluster{opts: opts, bin: bin, logDir: dir, ownDir: own, log: opts.Logger}
+	err := c.startNATS(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: embedded nats: %w", err)
+		return nil, err
 	}
-	c := &Cluster{opts: opts, bin: bin, bus: b, logDir: dir, ownDir: own, log: opts.Logger}
 	for attempt := 1; ; attempt++ {
 		err = c.start(ctx)
 		if err == nil {
@@ -313,8 +349,48 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.log.Warn("cluster: a port was taken meanwhile; retrying on others", "attempt", attempt, "err", err)
 	}
-	b.Close()
+	c.closeNATS()
 	return nil, fmt.Errorf("%w (logs kept in %s)", err, dir)
+}
+
+// startNATS starts the embedded server, or the cluster of them on ports
+// below the ephemeral range, where a stopped server finds its ports free
+// again.
+func (c *Cluster) startNATS(ctx context.Context) error {
+	n := c.opts.NATSServers
+	if n == 1 {
+		b, err := bus.Open(ctx, bus.Options{Name: "kvrouter-cluster", Logger: c.opts.Logger})
+		if err != nil {
+			return fmt.Errorf("cluster: embedded nats: %w", err)
+		}
+		c.bus = b
+		return nil
+	}
+	var err error
+	for attempt := range startAttempts {
+		var pr portRange
+		if pr, err = allocate(2 * n); err != nil {
+			return err
+		}
+		o := bus.ClusterOptions{Servers: n, Host: loopback, StoreDir: filepath.Join(c.logDir, "nats-"+strconv.Itoa(attempt))}
+		for i := range n {
+			o.ClientPorts = append(o.ClientPorts, pr.Base+i)
+			o.RoutePorts = append(o.RoutePorts, pr.Base+n+i)
+		}
+		if c.nats, err = bus.StartCluster(o); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("cluster: embedded nats cluster: %w", err)
+}
+
+func (c *Cluster) closeNATS() {
+	if c.bus != nil {
+		c.bus.Close()
+	}
+	if c.nats != nil {
+		c.nats.Close()
+	}
 }
 
 // start runs one attempt with a fresh port range.
@@ -344,7 +420,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		c.engines[i], c.engineProcs[i] = e, p
 	}
 	for i, e := range c.engines {
-		p, err := c.spawn("agent-"+e.ID, agentArgs(o, e, c.bus.URL))
+		p, err := c.spawn("agent-"+e.ID, agentArgs(o, e, c.natsFor(i)))
 		if err != nil {
 			return err
 		}
@@ -389,10 +465,11 @@ const routerPorts = 2
 
 func (c *Cluster) spawnRouter(port int, flags []string) (Router, error) {
 	c.mu.Lock()
-	name := "router-" + strconv.Itoa(c.routersStarted)
+	n := c.routersStarted
+	name := "router-" + strconv.Itoa(n)
 	c.routersStarted++
 	c.mu.Unlock()
-	args := []string{"serve", "--listen", hostPort(port), "--admin-listen", hostPort(port + 1), "--nats", c.bus.URL,
+	args := []string{"serve", "--listen", hostPort(port), "--admin-listen", hostPort(port + 1), "--nats", c.natsFor(n),
 		"--log-level", c.opts.LogLevel}
 	if !slices.Contains(flags, "--tokenizer") {
 		// The simulated engines tokenize with the embedded demo tokenizer.
@@ -458,7 +535,7 @@ func (c *Cluster) Stop() error {
 	c.stopped = true
 	c.mu.Unlock()
 	err := c.stopChildren()
-	c.bus.Close()
+	c.closeNATS()
 	if err != nil {
 		return fmt.Errorf("%w (logs kept in %s)", err, c.logDir)
 	}

@@ -29,9 +29,9 @@ type Fleet struct {
 	Log        *slog.Logger
 	Now        func() time.Time
 
-	mu     sync.Mutex
-	byHost map[string]*flagWorker // URL host:port → worker, for bind-mode topics
-	warned map[string]bool
+	mu      sync.Mutex
+	byHost  map[string]*flagWorker // URL host:port → worker, for bind-mode topics
+	unknown unknownTopics
 }
 
 type flagWorker struct {
@@ -43,12 +43,8 @@ type flagWorker struct {
 // Run brings the fleet up and follows it until ctx ends.
 func (f *Fleet) Run(ctx context.Context) {
 	f.byHost = map[string]*flagWorker{}
-	f.warned = map[string]bool{}
 	var wg sync.WaitGroup
 	for _, spec := range f.Specs {
-		if spec.replay != "" && spec.events == "" && f.EventsBind == "" {
-			f.Log.Warn("worker: replay= without events= serves engines that send to --events-bind; ignored", "worker", spec.ID)
-		}
 		fw := &flagWorker{spec: spec}
 		f.byHost[spec.hostPort()] = fw
 		wg.Go(func() { f.bringUp(ctx, fw) })
@@ -174,11 +170,14 @@ func pump(ctx context.Context, sub *kvstream.Subscriber, log *slog.Logger, handl
 
 // bind takes the events engines send to --events-bind (the llm-d
 // convention): the topic kv@<host>:<port>@<model> names the worker by its
-// URL's host:port. A worker first seen here leaves approximate mode.
+// URL's host:port. A worker first seen here leaves approximate mode. The
+// subscriber keeps no state for a topic that names no worker, and gaps
+// are healed from the worker's replay= endpoint.
 func (f *Fleet) bind(ctx context.Context) {
 	// Engines are known by topic only once they send: each catches up on
 	// its history at its first batch, from its worker's replay=.
-	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: f.EventsBind, Bind: true, CatchUp: true, ReplayFor: f.replayFor, Logger: f.Log})
+	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: f.EventsBind, Bind: true, CatchUp: true, Logger: f.Log,
+		Accept: f.accept, ReplayFor: f.replayFor, Now: f.Now})
 	if err != nil {
 		f.Log.Error("--events-bind", "endpoint", f.EventsBind, "err", err)
 		return
@@ -196,6 +195,30 @@ func (f *Fleet) bind(ctx context.Context) {
 	})
 }
 
+// accept says whether the subscriber on --events-bind should follow a
+// topic (its publisher key): one that names a worker whose model is known
+// and whose events are not dialed. Other topics' messages are dropped and
+// counted, with a warning for a topic's first within a rate limit.
+func (f *Fleet) accept(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fw := f.byHost[topicHost(key)]
+	if fw != nil && fw.model != "" && fw.spec.events == "" {
+		return true
+	}
+	f.Metrics.eventDropped.WithLabelValues("unknown_worker").Inc()
+	if fw != nil && fw.spec.events != "" {
+		// Followed by dialing already: the same events twice would
+		// only confuse the sequence tracking.
+		return false
+	}
+	if warn, unlogged := f.unknown.note(key, f.Now()); warn {
+		f.Log.Warn("events: topic names no --worker (yet); want kv@<host>:<port>@<model> matching a worker's url",
+			"topic", key, "other_topics_unlogged", unlogged)
+	}
+	return false
+}
+
 // replayFor is the replay endpoint of the --events-bind engine a publisher
 // key names: its worker's replay=, when the worker has one DP rank (in
 // bind mode the ranks of one engine share its topic, and so its key).
@@ -209,13 +232,14 @@ func (f *Fleet) replayFor(key string) string {
 	return fw.spec.replay
 }
 
-// topicHost is the host:port of a kv@<host>:<port>@<model> topic.
+// topicHost is the host:port a kv@<host>:<port>@<model> topic names, ""
+// if it names none.
 func topicHost(topic string) string {
 	parts := strings.SplitN(topic, "@", 3)
-	if len(parts) == 3 {
-		return parts[1]
+	if len(parts) != 3 {
+		return ""
 	}
-	return ""
+	return parts[1]
 }
 
 // bound returns the ingest of the worker a bind-mode topic names, switching
@@ -226,11 +250,6 @@ func (f *Fleet) bound(topic string) *ingest {
 	defer f.mu.Unlock()
 	fw := f.byHost[host]
 	if fw == nil || fw.model == "" {
-		if !f.warned[topic] {
-			f.warned[topic] = true
-			f.Log.Warn("events: topic names no --worker (yet); want kv@<host>:<port>@<model> matching a worker's url",
-				"topic", topic)
-		}
 		return nil
 	}
 	if fw.in != nil {

@@ -37,6 +37,7 @@ type ingest struct {
 }
 
 var _ kvingest.Output = (*ingest)(nil)
+var _ kvingest.Identifier = (*ingest)(nil)
 
 // droppedLabel is the kvrouter_events_dropped_total label of the core's
 // rejections and drops.
@@ -149,6 +150,11 @@ func (in *ingest) batch(m kvstream.Message, rank int) {
 
 // Apply applies ops of src to the router.
 func (in *ingest) Apply(src index.Source, ops []index.Op) error { return in.sink.Apply(src, ops) }
+
+// Ident says the identity and depth of a block src holds.
+func (in *ingest) Ident(src index.Source, e uint64) (uint64, uint32, bool) {
+	return in.sink.Ident(src, e)
+}
 
 // Reset empties src, keeping its readiness.
 func (in *ingest) Reset(src index.Source) { in.sink.Clear(src) }

@@ -212,6 +212,27 @@ func (s *WorkerSpec) perRankControl() error {
 	return nil
 }
 
+// CheckSpecs checks what one --worker cannot tell alone: replay= without
+// events= needs --events-bind, where such an engine's events arrive.
+func CheckSpecs(specs []WorkerSpec, eventsBind string) error {
+	for _, s := range specs {
+		if s.replay == "" || s.events != "" {
+			continue
+		}
+		if eventsBind == "" {
+			return fmt.Errorf("%w %s: replay=%s needs the engine's events: give events= (an engine that binds) or --events-bind (engines that connect)",
+				errWorkerFlag, s.ID, s.replay)
+		}
+		if s.dp > 1 {
+			// The ranks' publishers share the worker's topic on
+			// --events-bind, so a gap cannot name the rank to ask.
+			return fmt.Errorf("%w %s: replay= with --events-bind needs dp=1 (dp=%d): give events= to follow each rank's publisher",
+				errWorkerFlag, s.ID, s.dp)
+		}
+	}
+	return nil
+}
+
 // parsePlacement accepts the configuration names and "-old" for "-legacy".
 func parsePlacement(v string) (hints.Placement, error) {
 	return hints.ParsePlacement(strings.Replace(v, "-old", "-legacy", 1))

@@ -37,6 +37,7 @@ func TestParseWorkerSpec(t *testing.T) {
 		{in: "url=http://h:1,events=tcp://h:5557,snapshot=tcp://h:5559", err: "snapshot (SGLang's snapshot_endpoint) needs events and engine=sglang"},
 		{in: "url=http://h:1,snapshot=tcp://h:5559,engine=sglang", err: "needs events"},
 		{in: "url=http://h:1,events=tcp://h:5557,snapshot=tcp://*:5559,engine=sglang", err: "snapshot=tcp://*:5559: the engine binds there"},
+		{in: "url=http://h:1,replay=tcp://*:2", err: "replay=tcp://*:2: the engine binds there"},
 		{in: "url=http://h:1,dp=0", err: "dp: \"0\": want a positive integer"},
 		{in: "url=http://h:1,engine=sglang,tp=0", err: "tp: \"0\": want a positive integer"},
 		{in: "url=http://h:1,tp=2", err: "tp=2: engine=vllm reports one runner inventory"},
@@ -75,6 +76,46 @@ func TestParseWorkerSpec(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckSpecs: replay= without events= takes --events-bind, and one
+// rank, whose publisher the topic names.
+func TestCheckSpecs(t *testing.T) {
+	tests := []struct {
+		workers    []string
+		eventsBind string
+		err        string
+	}{
+		{[]string{"url=http://h:1,events=tcp://h:2,replay=tcp://h:3"}, "", ""},
+		{[]string{"url=http://h:1,replay=tcp://h:3"}, "tcp://*:5557", ""},
+		{[]string{"url=http://h:1", "url=http://h:2,replay=tcp://h:3"}, "", "h:2: replay=tcp://h:3 needs the engine's events: give events= (an engine that binds) or --events-bind"},
+		{[]string{"url=http://h:1,replay=tcp://h:3,dp=2"}, "tcp://*:5557", "replay= with --events-bind needs dp=1 (dp=2)"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.workers, " "), func(t *testing.T) {
+			var specs []WorkerSpec
+			for _, w := range tc.workers {
+				s, err := ParseWorkerSpec(w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				specs = append(specs, s)
+			}
+			err := CheckSpecs(specs, tc.eventsBind)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, errWorkerFlag) || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestWorkerSpecWorker(t *testing.T) {
 	s, _ := ParseWorkerSpec("url=https://example.com")
 	if s.hostPort() != "example.com:443" {
 		t.Fatalf("host:port %q", s.hostPort())

@@ -17,6 +17,19 @@ import (
 // DefaultBucket is the JetStream key-value bucket holding registrations.
 const DefaultBucket = "kvrouter_workers"
 
+// ClusterReplicas is how many servers of a NATS cluster hold the bucket:
+// it survives the loss of one. A single server, or a cluster with fewer
+// JetStream servers, holds it alone.
+const ClusterReplicas = 3
+
+// JetStream API error codes that say the replicas asked for cannot be
+// placed: the server is not clustered, or too few servers take part.
+const (
+	errCodeNoPeers               jetstream.ErrorCode = 10005
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074
+)
+
 // NATS is a Registry in a JetStream key-value bucket whose TTL is the lease.
 type NATS struct {
 	js  jetstream.JetStream
@@ -52,6 +65,9 @@ func OpenNATS(ctx context.Context, js jetstream.JetStream, bucket string, ttl ti
 		// Markers make expiries visible to watchers, which is how a router
 		// learns that an agent stopped heartbeating.
 		LimitMarkerTTL: ttl,
+		// On a cluster, a server lost loses no registration: the others
+		// hold it.
+		Replicas: ClusterReplicas,
 	}}
 	if _, err := n.open(ctx); err != nil {
 		return nil, err
@@ -59,8 +75,26 @@ func OpenNATS(ctx context.Context, js jetstream.JetStream, bucket string, ttl ti
 	return n, nil
 }
 
+// Creating the bucket: concurrent creations of a replicated bucket leave
+// all but one waiting for an answer that never comes, so each attempt is
+// bounded and retried.
+const (
+	openAttemptTimeout = 2 * time.Second
+	openAttempts       = 8
+)
+
 func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := n.js.CreateOrUpdateKeyValue(ctx, n.cfg)
+	var kv jetstream.KeyValue
+	var err error
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
+		kv, err = n.createOrUpdate(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || attempt == openAttempts {
+			break
+		}
+		n.log.Debug("discovery: bucket not answered in time; retrying", "bucket", n.cfg.Bucket, "attempt", attempt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("discovery: bucket %q: %w", n.cfg.Bucket, err)
 	}
@@ -68,6 +102,48 @@ func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
 	n.kv = kv
 	n.mu.Unlock()
 	return kv, nil
+}
+
+func (n *NATS) createOrUpdate(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := n.js.CreateOrUpdateKeyValue(ctx, n.cfg)
+	if cannotPlace(err) {
+		// An existing bucket is taken as it is: updated to one replica it
+		// would lose the copies a degraded cluster still has.
+		if kv, err = n.js.KeyValue(ctx, n.cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+			n.log.Info("discovery: the NATS server is not a cluster of 3 or more JetStream servers; registrations are held by one server",
+				"bucket", n.cfg.Bucket)
+			one := n.cfg
+			one.Replicas = 1
+			kv, err = n.js.CreateOrUpdateKeyValue(ctx, one)
+		}
+	}
+	return kv, err
+}
+
+// cannotPlace reports an error saying the bucket's replicas cannot be
+// placed on the servers there are.
+func cannotPlace(err error) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case errCodeNoPeers, errCodeInsufficientResources, errCodeReplicasNotSupported:
+		return true
+	}
+	return false
+}
+
+// Replicas is how many servers hold the bucket now.
+func (n *NATS) Replicas(ctx context.Context) (int, error) {
+	st, err := n.bucket().Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("discovery: bucket %q: %w", n.cfg.Bucket, err)
+	}
+	if s, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		return s.StreamInfo().Config.Replicas, nil
+	}
+	return 0, fmt.Errorf("discovery: bucket %q: status of type %T", n.cfg.Bucket, st)
 }
 
 func (n *NATS) bucket() jetstream.KeyValue {

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"kvrouter/internal/index"
 	"kvrouter/internal/kvevents"
+	"kvrouter/internal/kvhash"
 )
 
 // specFullAttention is vLLM's kv_cache_spec_kind of the full-attention KV
@@ -215,6 +217,12 @@ func (c *Core) apply(r *rank, steps []step) {
 		run = append(run, op)
 	}
 	for _, st := range steps {
+		if st.to != toShard && st.op.Kind == index.OpRemove && r.HasOwner {
+			c.rememberGone(r, st.src, st.op.Hashes)
+			if st.src == r.Owner {
+				c.cancelPending(r, st.op.Hashes)
+			}
+		}
 		if st.to != toShard {
 			add(st.src, st.op)
 			continue
@@ -238,6 +246,7 @@ func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
 	for len(ops) > 0 {
 		err := c.out.Apply(s, ops)
 		if err == nil {
+			c.release(r, ops)
 			return
 		}
 		var oe *index.OpError
@@ -246,6 +255,15 @@ func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
 			c.reset(r, ResetInconsistent)
 			c.sync(r)
 			return
+		}
+		if errors.Is(err, index.ErrUnknownParent) && s == r.Owner && r.HasOwner {
+			if c.underSibling(r, s, ops[0]) {
+				c.release(r, ops[:1])
+			} else {
+				c.defer_(r, ops[0])
+			}
+			ops = ops[1:]
+			continue
 		}
 		if errors.Is(err, index.ErrUnknownParent) && s == r.Worker && r.complete && !c.cfg.Lossy {
 			// We applied every batch since this publisher started, so the
@@ -257,6 +275,197 @@ func (c *Core) applyRun(r *rank, s index.Source, ops []index.Op) {
 		}
 		c.out.Count(dropReason(err))
 		ops = ops[1:]
+	}
+}
+
+// underSibling applies op, a store of the rank's runner under a parent the
+// runner does not hold (it evicted it while the GPU kept it), by the
+// identities of its blocks, when the rank's worker source holds the
+// parent: the runner holds the blocks all the same, and a block of its
+// held under a missing parent is what the index keeps when a parent is
+// evicted after its child anyway. It reports whether op was applied.
+func (c *Core) underSibling(r *rank, s index.Source, op index.Op) bool {
+	id, ok := c.out.(Identifier)
+	if !ok || op.Kind != index.OpStore || !op.HasParent || op.Local == nil {
+		return false
+	}
+	pseq, depth, ok := id.Ident(r.Worker, op.Parent)
+	if !ok {
+		// The GPU (or the runner) may have dropped the parent since: a
+		// peer pull lands after the local prefix it extends was evicted.
+		var g goneBlock
+		if g, ok = r.gone.get(op.Parent); !ok {
+			return false
+		}
+		pseq, depth = g.seq, g.depth
+	}
+	st := op
+	st.Parent, st.HasParent, st.Local = 0, false, nil
+	st.Seqs, st.Depths = make([]uint64, len(op.Hashes)), make([]uint32, len(op.Hashes))
+	prev := pseq
+	for i := range op.Hashes {
+		prev = kvhash.SequenceHash(prev, op.Local[i])
+		st.Seqs[i], st.Depths[i] = prev, depth+1+uint32(i)
+	}
+	return c.out.Apply(s, []index.Op{st}) == nil
+}
+
+// maxPending bounds the runner stores a rank holds back until their
+// parent is known; past it they are all dropped (and counted).
+const maxPending = 1024
+
+// pendingStores are runner stores held back because neither of the rank's
+// sources knew their parent when they arrived: the engine's runner and GPU
+// publish on their own, so a runner's block can come before the GPU's
+// store of its parent in the same step, or before a pull of the parent
+// that is still running commits. Each waits, by parent, for a store of it.
+type pendingStores struct {
+	byParent map[uint64][]index.Op
+	byHash   map[uint64]uint64 // a held-back block's parent
+}
+
+func (p *pendingStores) len() int { return len(p.byHash) }
+
+// defer_ holds op back until its parent is stored.
+func (c *Core) defer_(r *rank, op index.Op) {
+	p := &r.pending
+	if p.len()+len(op.Hashes) > maxPending {
+		c.dropPending(r)
+	}
+	if p.byParent == nil {
+		p.byParent, p.byHash = map[uint64][]index.Op{}, map[uint64]uint64{}
+	}
+	// The op aliases the decoded batch, which is not ours to keep.
+	op.Hashes, op.Local = slices.Clone(op.Hashes), slices.Clone(op.Local)
+	p.byParent[op.Parent] = append(p.byParent[op.Parent], op)
+	for _, h := range op.Hashes {
+		p.byHash[h] = op.Parent
+	}
+}
+
+// release applies the stores held back under the blocks ops stored.
+func (c *Core) release(r *rank, ops []index.Op) {
+	p := &r.pending
+	if p.len() == 0 {
+		return
+	}
+	for _, op := range ops {
+		if op.Kind != index.OpStore {
+			continue
+		}
+		for _, h := range op.Hashes {
+			waiting := p.byParent[h]
+			if len(waiting) == 0 {
+				continue
+			}
+			delete(p.byParent, h)
+			for _, w := range waiting {
+				for _, k := range w.Hashes {
+					delete(p.byHash, k)
+				}
+			}
+			c.applyRun(r, r.Owner, waiting)
+		}
+	}
+}
+
+// cancelPending forgets held-back blocks the runner dropped: a store cut
+// at the first of them keeps the blocks before it.
+func (c *Core) cancelPending(r *rank, removed []uint64) {
+	p := &r.pending
+	if p.len() == 0 {
+		return
+	}
+	for _, h := range removed {
+		parent, ok := p.byHash[h]
+		if !ok {
+			continue
+		}
+		ops := p.byParent[parent]
+		for i := range ops {
+			j := slices.Index(ops[i].Hashes, h)
+			if j < 0 {
+				continue
+			}
+			for _, k := range ops[i].Hashes[j:] {
+				delete(p.byHash, k)
+			}
+			c.out.Count(DropUnknownParent) // the blocks after it stay unknown
+			ops[i].Hashes, ops[i].Local = ops[i].Hashes[:j], ops[i].Local[:j]
+		}
+		ops = slices.DeleteFunc(ops, func(op index.Op) bool { return len(op.Hashes) == 0 })
+		if len(ops) == 0 {
+			delete(p.byParent, parent)
+		} else {
+			p.byParent[parent] = ops
+		}
+	}
+}
+
+// dropPending gives up every held-back store.
+func (c *Core) dropPending(r *rank) {
+	for _, ops := range r.pending.byParent {
+		for range ops {
+			c.out.Count(DropUnknownParent)
+		}
+	}
+	r.pending = pendingStores{}
+}
+
+// maxGone bounds the identities of blocks a rank's GPU dropped that the
+// core remembers, per rank.
+const maxGone = 4096
+
+// goneBlock is a block's identity and depth, kept after the GPU dropped it.
+type goneBlock struct {
+	seq   uint64
+	depth uint32
+}
+
+// goneBlocks remembers the identities of the last blocks a rank's worker
+// source dropped, by engine hash, oldest forgotten first.
+type goneBlocks struct {
+	m     map[uint64]goneBlock
+	order []uint64 // ring of keys, next at pos
+	pos   int
+}
+
+func (g *goneBlocks) get(e uint64) (goneBlock, bool) {
+	b, ok := g.m[e]
+	return b, ok
+}
+
+func (g *goneBlocks) put(e uint64, b goneBlock) {
+	if g.m == nil {
+		g.m = make(map[uint64]goneBlock, maxGone)
+		g.order = make([]uint64, 0, maxGone)
+	}
+	if _, ok := g.m[e]; ok {
+		g.m[e] = b
+		return
+	}
+	if len(g.order) < maxGone {
+		g.order = append(g.order, e)
+	} else {
+		delete(g.m, g.order[g.pos])
+		g.order[g.pos] = e
+		g.pos = (g.pos + 1) % maxGone
+	}
+	g.m[e] = b
+}
+
+// rememberGone records the identities of blocks src, one of the rank's
+// sources, is about to drop, so that a runner store naming one of them as
+// its parent can still be placed (underSibling).
+func (c *Core) rememberGone(r *rank, src index.Source, hashes []uint64) {
+	id, ok := c.out.(Identifier)
+	if !ok {
+		return
+	}
+	for _, e := range hashes {
+		if seq, depth, ok := id.Ident(src, e); ok {
+			r.gone.put(e, goneBlock{seq, depth})
+		}
 	}
 }
 

@@ -35,6 +35,14 @@ type Output interface {
 	Count(r Reason)
 }
 
+// Identifier is an Output that can say the identity and depth of a block a
+// source holds (index.Index.Ident). With it, a runner's store under a
+// parent only the rank's GPU holds is applied by identities rather than
+// dropped.
+type Identifier interface {
+	Ident(src index.Source, engine uint64) (seq uint64, depth uint32, ok bool)
+}
+
 // Rank names the sources one DP rank's stream feeds.
 type Rank struct {
 	DP     int
@@ -95,9 +103,14 @@ type Core struct {
 // rank is one DP rank's stream and the sources it feeds.
 type rank struct {
 	Rank
-	agg   *aggregator    // non-nil: runner inventory arrives per TP shard
-	srcs  []index.Source // the worker's, then the owner's
-	ready []bool         // as last told to the output, by srcs index
+	agg *aggregator // non-nil: runner inventory arrives per TP shard
+	// gone: identities of blocks the rank's sources dropped lately (with
+	// an owner only), for runner stores under them.
+	gone goneBlocks
+	// pending: runner stores waiting for their parent (with an owner only).
+	pending pendingStores
+	srcs    []index.Source // the worker's, then the owner's
+	ready   []bool         // as last told to the output, by srcs index
 
 	// The stream is in order while a batch arrived since the start (or a
 	// reconnect, or the engine's return), no gap is open and the engine is
@@ -365,6 +378,7 @@ func (c *Core) resetSome(r *rank, reason Reason, worker, owner bool) {
 	if owner && r.agg != nil {
 		r.agg.Reset()
 	}
+	c.dropPending(r)
 }
 
 func removeSpans(s []gapSpan, drop func(gapSpan) bool) []gapSpan {

@@ -357,7 +357,12 @@ type recorder struct {
 	fail  bool // refuse the next Apply
 }
 
-var _ Output = (*recorder)(nil)
+var (
+	_ Output     = (*recorder)(nil)
+	_ Identifier = (*recorder)(nil)
+)
+
+func (r *recorder) Ident(s index.Source, e uint64) (uint64, uint32, bool) { return r.ix.Ident(s, e) }
 
 func (r *recorder) name(s index.Source, n string) {
 	r.order = append(r.order, s)

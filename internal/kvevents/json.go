@@ -131,6 +131,17 @@ func nonEmpty(s string) *string {
 // line of BatchJSON; withFrame adds the frame's topic and seq. It stops at
 // the first error, naming the frame, after flushing the lines before it.
 func WriteJSON(w io.Writer, src Source, d *Decoder, withFrame bool) error {
+	return writeJSON(w, src, d, withFrame, false)
+}
+
+// WriteJSONStream is WriteJSON for a live source: each line is flushed as
+// soon as it is written, so that whoever reads w, or the file it is, has
+// every batch decoded so far even if the process is killed.
+func WriteJSONStream(w io.Writer, src Source, d *Decoder, withFrame bool) error {
+	return writeJSON(w, src, d, withFrame, true)
+}
+
+func writeJSON(w io.Writer, src Source, d *Decoder, withFrame, flushEach bool) error {
 	bw := bufio.NewWriter(w)
 	enc := newJSONEncoder(bw)
 	for {
@@ -156,6 +167,11 @@ func WriteJSON(w io.Writer, src Source, d *Decoder, withFrame bool) error {
 		}
 		if err := enc.Encode(v.view()); err != nil { // one line each
 			return err
+		}
+		if flushEach {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
 		}
 	}
 }

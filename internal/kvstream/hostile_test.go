@@ -182,10 +182,10 @@ func TestMalformedReplayRepliesCounted(t *testing.T) {
 		id := req.Frames[0]
 		seq := req.Frames[2]
 		for _, frames := range [][][]byte{
-			{[]byte("x"), seq, []byte("bad delimiter")},
+			{[]byte("x"), []byte("kv"), seq, []byte("bad delimiter")},
 			{{}, {1, 2}, []byte("bad seq")},
 			{{}, seq},
-			{{}, seq, []byte("p"), []byte("extra")},
+			{{}, seq, []byte("p"), []byte("extra"), []byte("more")},
 			{{}, seq, []byte("good")},
 			{{}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {}},
 		} {

@@ -63,9 +63,13 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 // drops counts dropped messages by what was wrong with them.
 type drops struct {
 	frameCount, seqLength, delimiter uint64
+	first                            error // the first one's error
 }
 
 func (d *drops) add(err error) {
+	if d.first == nil {
+		d.first = err
+	}
 	switch {
 	case errors.Is(err, ErrFrameCount):
 		d.frameCount++

@@ -18,6 +18,22 @@ import (
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("kvstream: bad config")
 
+// Key bounds (Config.MaxKeys, Config.KeyIdle).
+const (
+	// DefaultMaxKeys is far above the publishers one socket serves (a
+	// fleet's engines times their DP ranks) and small enough that a
+	// stranger inventing topics costs a few MiB at most.
+	DefaultMaxKeys = 4096
+	// DefaultKeyIdle: an engine serving traffic publishes far more often.
+	DefaultKeyIdle = 10 * time.Minute
+	// sweepEvery spaces the searches for idle keys and the warnings about
+	// refused ones, so that a flood of new keys costs no more than the
+	// map lookups of its messages.
+	sweepEvery = time.Second
+	// warnEvery spaces repeated warnings of one kind.
+	warnEvery = 10 * time.Second
+)
+
 // Config configures a Subscriber.
 type Config struct {
 	// Endpoint is where the publisher is (connect mode: a dialable address,
@@ -65,6 +81,23 @@ type Config struct {
 	// mode and with OnePublisher the replay starts at the first connection,
 	// without waiting for a message (Tracker.Start).
 	CatchUp bool
+	// Accept, if set, is asked about each message of a key not tracked yet
+	// (in bind mode with several publishers, the topic's PublisherKey):
+	// unless it says yes the message is dropped, counted in Unaccepted,
+	// before any state is kept for the key. A consumer that knows its
+	// publishers keeps strangers' topics from costing memory.
+	Accept func(key string) bool
+	// MaxKeys bounds the keys tracked at once (default DefaultMaxKeys). A
+	// new key that finds them all taken makes the keys idle for KeyIdle
+	// forgotten, each with an Unrecoverable (its batches from then on are
+	// not checked against the ones before); if none is, the new key's
+	// messages are dropped, counted in KeysRefused.
+	MaxKeys int
+	// KeyIdle: see MaxKeys (default DefaultKeyIdle).
+	KeyIdle time.Duration
+	// Now is the clock of KeyIdle and of log rate limits (default
+	// time.Now).
+	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -84,6 +117,12 @@ type Stats struct {
 	Reconnects      uint64
 	Replays         uint64 // replay requests sent
 	ReplayFailures  uint64 // replays that ended without the end marker
+	// Messages of keys not tracked, dropped: Accept said no, or MaxKeys
+	// was reached and no key was idle.
+	Unaccepted  uint64
+	KeysRefused uint64
+	// KeysForgotten counts keys forgotten for their idleness at MaxKeys.
+	KeysForgotten uint64
 	// Connections dropped by the ZMTP layer, live and replay together;
 	// what they were sending is lost with them.
 	Oversize          uint64 // a message over MaxMessageSize announced (or too many frames)
@@ -103,7 +142,9 @@ func (s Stats) All() iter.Seq2[string, uint64] {
 			{"received", s.Received}, {"malformed", s.Malformed}, {"wrong_frame_count", s.WrongFrameCount},
 			{"bad_seq_length", s.BadSeqLength}, {"bad_delimiter", s.BadDelimiter}, {"gaps", s.Gaps},
 			{"unrecoverable", s.Unrecoverable}, {"restarts", s.Restarts}, {"reconnects", s.Reconnects},
-			{"replays", s.Replays}, {"replay_failures", s.ReplayFailures}, {"oversize", s.Oversize},
+			{"replays", s.Replays}, {"replay_failures", s.ReplayFailures},
+			{"unaccepted", s.Unaccepted}, {"keys_refused", s.KeysRefused}, {"keys_forgotten", s.KeysForgotten},
+			{"oversize", s.Oversize},
 			{"protocol_errors", s.ProtocolErrors}, {"handshake_failures", s.HandshakeFailures},
 			{"peers_refused", s.PeersRefused}, {"heartbeat_timeouts", s.HeartbeatTimeouts},
 		} {
@@ -124,6 +165,7 @@ type Subscriber struct {
 	received, gaps, unrecoverable              atomic.Uint64
 	frameCount, seqLength, delimiter           atomic.Uint64
 	restarts, reconnects, replays, replayFails atomic.Uint64
+	unaccepted, keysRefused, keysForgotten     atomic.Uint64
 }
 
 // NewSubscriber checks cfg and returns a Subscriber; Run starts it.
@@ -147,6 +189,15 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = DefaultReplayTimeout
 	}
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.KeyIdle <= 0 {
+		cfg.KeyIdle = DefaultKeyIdle
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -168,6 +219,9 @@ func (s *Subscriber) Stats() Stats {
 		Reconnects:        s.reconnects.Load(),
 		Replays:           s.replays.Load(),
 		ReplayFailures:    s.replayFails.Load(),
+		Unaccepted:        s.unaccepted.Load(),
+		KeysRefused:       s.keysRefused.Load(),
+		KeysForgotten:     s.keysForgotten.Load(),
 		Oversize:          n.Oversize,
 		ProtocolErrors:    n.ProtocolErrors,
 		HandshakeFailures: n.HandshakeFailures,
@@ -204,6 +258,8 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 		opts:       socketOptions(s.log, s.cfg.DialTimeout, s.cfg.Limits, s.cfg.Backoff, &s.net),
 		tr:         Tracker{MaxHeld: s.cfg.MaxHeld, CatchUp: s.cfg.CatchUp},
 		replayed:   make(chan replayDone),
+		seen:       make(map[string]time.Time),
+		warned:     make(map[string]bool),
 	}
 	defer ss.wg.Wait()
 	defer cancel()
@@ -275,6 +331,16 @@ type session struct {
 	scratch  []Item
 	replayed chan replayDone
 	wg       sync.WaitGroup // replay fetches
+
+	// seen is when each tracked key last delivered a live message.
+	seen map[string]time.Time
+	// warned holds the keys whose malformed replay replies were logged.
+	warned    map[string]bool
+	lastSweep time.Time
+	// refusedLogged is when refused keys were last logged; refusedSince
+	// counts those refused since.
+	refusedLogged time.Time
+	refusedSince  uint64
 }
 
 type replayDone struct {
@@ -351,6 +417,10 @@ func (ss *session) onLive(frames [][]byte) {
 	}
 	ss.received.Add(1)
 	key := ss.key(topic)
+	if !ss.admit(key) {
+		return
+	}
+	ss.seen[key] = ss.cfg.Now()
 	items, req := ss.tr.Live(ss.scratch[:0], key, Message{Topic: string(topic), Seq: seq, Payload: payload}, ss.replayEndpoint(key) != "")
 	if req != nil {
 		ss.startReplay(*req)
@@ -358,6 +428,59 @@ func (ss *session) onLive(frames [][]byte) {
 	ss.emit(items)
 	clear(items)
 	ss.scratch = items[:0]
+}
+
+// admit says whether a live message of key may be tracked: a key tracked
+// already, or one Accept takes for which there is room.
+func (ss *session) admit(key string) bool {
+	if _, ok := ss.seen[key]; ok {
+		return true
+	}
+	if ss.cfg.Accept != nil && !ss.cfg.Accept(key) {
+		ss.unaccepted.Add(1)
+		return false
+	}
+	if len(ss.seen) < ss.cfg.MaxKeys {
+		return true
+	}
+	now := ss.cfg.Now()
+	if now.Sub(ss.lastSweep) >= sweepEvery {
+		ss.lastSweep = now
+		ss.forgetIdle(now)
+		if len(ss.seen) < ss.cfg.MaxKeys {
+			return true
+		}
+	}
+	ss.keysRefused.Add(1)
+	ss.refusedSince++
+	if now.Sub(ss.refusedLogged) >= warnEvery {
+		ss.log.Warn("kvstream: too many publisher keys; dropping the messages of new ones (Config.MaxKeys)",
+			"max_keys", ss.cfg.MaxKeys, "key", key, "refused_since_last_warning", ss.refusedSince)
+		ss.refusedLogged, ss.refusedSince = now, 0
+	}
+	return false
+}
+
+// forgetIdle forgets the keys that delivered nothing for KeyIdle, unless
+// a replay is under way for them.
+func (ss *session) forgetIdle(now time.Time) {
+	var items []Item
+	for key, t := range ss.seen {
+		if now.Sub(t) < ss.cfg.KeyIdle || ss.tr.Replaying(key) {
+			continue
+		}
+		last, _ := ss.tr.Forget(key)
+		delete(ss.seen, key)
+		delete(ss.warned, key)
+		ss.keysForgotten.Add(1)
+		// What the key sends next is taken as its first message: the
+		// consumer must not trust its state from before.
+		items = append(items, Unrecoverable{Key: key, From: last + 1, To: last + 1})
+	}
+	if len(items) > 0 {
+		ss.log.Info("kvstream: forgot idle publisher keys to make room", "forgotten", len(items), "idle", ss.cfg.KeyIdle)
+	}
+	ss.emit(items)
 }
 
 func (ss *session) startReplay(req ReplayRequest) {
@@ -377,6 +500,16 @@ func (ss *session) startReplay(req ReplayRequest) {
 
 func (ss *session) onReplay(r replayDone) {
 	ss.countDrops(r.dropped)
+	if r.dropped.first != nil && !ss.warned[r.req.Key] {
+		// Once per publisher: a publisher that frames its replies in a
+		// way we do not read does so every time, and each of its gaps
+		// then ends in lost batches.
+		if _, tracked := ss.seen[r.req.Key]; tracked {
+			ss.warned[r.req.Key] = true
+		}
+		ss.log.Warn("kvstream: dropped malformed replay replies; the batches they carried are lost",
+			"key", r.req.Key, "replay_endpoint", ss.replayEndpoint(r.req.Key), "dropped", r.dropped.total(), "first_err", r.dropped.first)
+	}
 	if r.err != nil {
 		ss.replayFails.Add(1)
 		ss.log.Warn("kvstream: replay failed", "key", r.req.Key, "from", r.req.From, "received", len(r.msgs), "err", r.err)

@@ -206,6 +206,18 @@ func (t *Tracker) Replaying(key string) bool {
 	return st != nil && st.replay != nil
 }
 
+// Forget drops key's state, returning the last seq delivered for it; the
+// next message of key is taken as its first. It refuses (ok false) a key
+// that waits for a replay outcome, or that it does not know.
+func (t *Tracker) Forget(key string) (last uint64, ok bool) {
+	st := t.keys[key]
+	if st == nil || st.replay != nil {
+		return 0, false
+	}
+	delete(t.keys, key)
+	return st.last, true
+}
+
 // Last returns the last seq delivered for key.
 func (t *Tracker) Last(key string) (seq uint64, ok bool) {
 	st := t.keys[key]

@@ -273,3 +273,31 @@ func TestTrackerLastAndReplaying(t *testing.T) {
 		t.Fatalf("after replay: last %d replaying %v; want 6 false", last, tr.Replaying("a"))
 	}
 }
+
+// TestTrackerForget: a forgotten key starts over at its next message; a
+// key waiting for a replay outcome is not forgotten.
+func TestTrackerForget(t *testing.T) {
+	var tr Tracker
+	tr.Live(nil, "a", Message{Seq: 5}, false)
+	if last, ok := tr.Forget("a"); !ok || last != 5 {
+		t.Fatalf("Forget(a) = %d, %v; want 5, true", last, ok)
+	}
+	if _, ok := tr.Last("a"); ok {
+		t.Fatal("a still tracked")
+	}
+	// A lower seq after forgetting is a first message, not a restart.
+	items, _ := tr.Live(nil, "a", Message{Seq: 2}, false)
+	if len(items) != 1 || itemString(items[0]) != "msg a 2" {
+		t.Fatalf("after Forget: %v", items)
+	}
+	tr.Live(nil, "b", Message{Seq: 1}, true)
+	if _, req := tr.Live(nil, "b", Message{Seq: 3}, true); req == nil {
+		t.Fatal("no replay asked for b's gap")
+	}
+	if _, ok := tr.Forget("b"); ok || !tr.Replaying("b") {
+		t.Fatal("a replaying key was forgotten")
+	}
+	if _, ok := tr.Forget("c"); ok {
+		t.Fatal("an unknown key was forgotten")
+	}
+}

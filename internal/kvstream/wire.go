@@ -25,7 +25,8 @@ const (
 	liveFrames = 3
 	// requestFrames is a replay request after the ROUTER identity: "", seq.
 	requestFrames = 2
-	// replyFrames is a replay answer as the DEALER sees it: "", seq, payload.
+	// replyFrames is a replay answer as the DEALER sees it: "" (or a
+	// topic), seq, payload; some publishers put a topic after the "".
 	replyFrames = 3
 
 	// Endpoint schemes, and the suffix an ipc/inproc endpoint gets per DP rank.
@@ -88,15 +89,26 @@ func EncodeReplayRequest(start uint64) [][]byte {
 	return [][]byte{{}, binary.BigEndian.AppendUint64(make([]byte, 0, seqLen), start)}
 }
 
-// ParseReplayReply parses one replay answer as the DEALER sees it:
-// ["", seq (8 bytes BE), payload]. end reports the end marker (seq all ones);
-// its payload, empty on the wire, is ignored.
+// ParseReplayReply parses one replay answer as the DEALER sees it.
+// Publishers in the wild frame it three ways, all accepted: vLLM's (SPEC
+// 2.1) ["", seq (8 bytes BE), payload], [topic, seq, payload], and
+// ["", topic, seq, payload]. end reports the end marker (seq all ones); its
+// payload, empty on the wire, is ignored. A topic frame is not returned: a
+// replayed batch belongs to the stream whose gap asked for it.
 func ParseReplayReply(frames [][]byte) (seq uint64, payload []byte, end bool, err error) {
-	if len(frames) != replyFrames {
-		return 0, nil, false, fmt.Errorf("%w: replay reply has %d frames, want %d (empty delimiter, seq, payload)", ErrFrameCount, len(frames), replyFrames)
-	}
-	if len(frames[0]) != 0 {
-		return 0, nil, false, fmt.Errorf("%w: replay reply delimiter frame is %d bytes, want empty", ErrDelimiter, len(frames[0]))
+	switch len(frames) {
+	case replyFrames:
+		// The first frame is the empty delimiter or a topic: either way
+		// the seq and payload follow.
+	case replyFrames + 1:
+		if len(frames[0]) != 0 {
+			return 0, nil, false, fmt.Errorf("%w: replay reply of %d frames: delimiter frame is %d bytes, want empty (\"\", topic, seq, payload)",
+				ErrDelimiter, len(frames), len(frames[0]))
+		}
+		frames = frames[1:]
+	default:
+		return 0, nil, false, fmt.Errorf("%w: replay reply has %d frames, want %d (empty delimiter or topic, seq, payload) or %d (empty delimiter, topic, seq, payload)",
+			ErrFrameCount, len(frames), replyFrames, replyFrames+1)
 	}
 	if len(frames[1]) != seqLen {
 		return 0, nil, false, fmt.Errorf("%w: replay reply seq is %d bytes, want %d", ErrSeqLength, len(frames[1]), seqLen)

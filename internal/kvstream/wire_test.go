@@ -1,6 +1,7 @@
 package kvstream
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -69,20 +70,35 @@ func TestParseReplayRequest(t *testing.T) {
 	}
 }
 
+func seq8(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// TestParseReplayReply: every framing of a replay reply seen in the wild
+// reads the same.
 func TestParseReplayReply(t *testing.T) {
 	tests := []struct {
 		name   string
 		frames [][]byte
 		want   string // "seq payload" or "end", "" for malformed
 	}{
+		// vLLM's framing (SPEC 2.1), ours.
 		{"batch", EncodeReplayReply(42, []byte("pl")), "42 pl"},
 		{"empty payload", EncodeReplayReply(0, nil), "0 "},
 		{"end marker", EncodeReplayEnd(), "end"},
 		{"end marker literal", [][]byte{{}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {}}, "end"},
-		{"delimiter not empty", [][]byte{{1}, make([]byte, 8), {}}, ""},
+		// A topic in place of the delimiter.
+		{"topic", [][]byte{[]byte("kv@h:1@m"), seq8(42), []byte("pl")}, "42 pl"},
+		{"topic end marker", [][]byte{[]byte("kv"), seq8(endSeq), {}}, "end"},
+		// The delimiter, then a topic.
+		{"delimiter and topic", [][]byte{{}, []byte("kv"), seq8(42), []byte("pl")}, "42 pl"},
+		{"delimiter and empty topic", [][]byte{{}, {}, seq8(7), []byte("pl")}, "7 pl"},
+		{"delimiter and topic end marker", [][]byte{{}, []byte("kv"), seq8(endSeq), {}}, "end"},
+		// Malformed.
+		{"delimiter not empty before a topic", [][]byte{{1}, []byte("kv"), seq8(1), {}}, ""},
 		{"short seq", [][]byte{{}, make([]byte, 7), {}}, ""},
+		{"short seq after a topic", [][]byte{{}, []byte("kv"), make([]byte, 9), {}}, ""},
 		{"two frames", [][]byte{{}, make([]byte, 8)}, ""},
-		{"topic frame variant", [][]byte{{}, []byte("kv"), make([]byte, 8), {}}, ""},
+		{"five frames", [][]byte{{}, []byte("kv"), seq8(1), {}, {}}, ""},
+		{"no frames", nil, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,6 +35,7 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathAdminReset, e.handleReset)
 	mux.HandleFunc("GET "+pathAdminPull, e.handlePull)
 	mux.HandleFunc("POST "+pathAdminPull, e.handlePull)
+	mux.HandleFunc("GET "+pathAdminInventory, e.handleInventory)
 	return mux
 }
 

@@ -260,6 +260,9 @@ func (o *Options) check() error {
 		}
 		ids[s.ID] = true
 	}
+	if err := direct.CheckSpecs(o.Workers, o.EventsBind); err != nil {
+		return fmt.Errorf("%w: %w", errOptions, err)
+	}
 	return nil
 }
 
