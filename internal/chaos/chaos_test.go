@@ -92,9 +92,10 @@ func TestNATSServerLoss(t *testing.T) {
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
-	var routers []string
+	var routers, admins []string
 	for _, r := range c.Routers() {
 		routers = append(routers, r.URL)
+		admins = append(admins, r.Admin)
 	}
 	ref := mocker.NewReference(mocker.Config{BlockSize: blockSize})
 	tl := &tally{errors: map[string]int{}}
@@ -113,7 +114,7 @@ func TestNATSServerLoss(t *testing.T) {
 	stopped := time.Now()
 	lease, _ := time.ParseDuration(lease)
 	for time.Since(stopped) < 2*lease+time.Second {
-		for _, r := range routers {
+		for _, r := range admins {
 			var v struct {
 				Workers []struct {
 					ID string `json:"id"`
