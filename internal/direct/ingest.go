@@ -47,7 +47,7 @@ var droppedLabel = [kvingest.NumReasons]string{
 	kvingest.RejectBlockSize: "block_size", kvingest.RejectEvent: "invalid", kvingest.RejectTopic: "tp_shard",
 	kvingest.DropPlaceholder: "placeholder", kvingest.DropOtherGroup: "kv_group", kvingest.DropNoOwner: "no_owner",
 	kvingest.DropUnattributed: "unattributed", kvingest.DropUnknownParent: "unknown_parent", kvingest.DropInvalid: "rejected",
-	kvingest.DropUncut: "uncut", kvingest.DropDuplicate: "duplicate",
+	kvingest.DropDuplicate: "duplicate",
 }
 
 // newEngineIngest returns the ingest of spec's events into sink. The

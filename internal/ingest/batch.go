@@ -162,14 +162,6 @@ func (c *Core) plan(r *rank, evs []kvevents.Event, tp int, shard, replayed bool)
 		if ev.Kind == kvevents.KindStored && !ev.Placeholder && ev.BlockSize != c.cfg.BlockSize {
 			return nil, RejectBlockSize, fmt.Errorf("event %d: %w: event block_size %d, worker %d", i, index.ErrBlockSize, ev.BlockSize, c.cfg.BlockSize)
 		}
-		if r.cut != nil && ev.Kind == kvevents.KindStored && !r.cut.keep(ev) {
-			c.out.Count(DropUncut)
-			// Its descendants may name a block we left out.
-			r.complete = false
-			if len(ev.BlockHashes) == 0 {
-				continue
-			}
-		}
 		op, err := index.OpFromEvent(*ev)
 		if errors.Is(err, index.ErrPlaceholder) {
 			c.out.Count(DropPlaceholder)

@@ -2,20 +2,17 @@
 
 package ingest
 
-import "kvrouter/internal/kvevents"
-
 // cut is an engine snapshot waiting for its rank's stream to reach its
-// resume seq. The snapshot names blocks by engine hash only; their
-// identities come from their stores in the history before the cut (the
-// engine's replay buffer), of which the cut keeps the blocks it holds.
-// A block the history stores and the cut does not hold was removed by the
-// cut; a block the cut holds whose store the history lacks cannot be named
-// and is left out. Both only under-report.
+// resume seq: it gives the rank its epoch and the seq from which live
+// batches follow the history. It prunes nothing of the history (the
+// engine's replay buffer): the engine's mirror is keyed by block hash
+// whatever the medium, so a removal from one medium takes out a block
+// another still holds, while the history, a contiguous run of the stream,
+// carries every store's later removals itself.
 type cut struct {
 	resume uint64
 	held   map[uint64]struct{}
 	named  int // blocks the cut holds
-	kept   int // history stores it kept
 }
 
 // snapshot takes the engine's cut of a rank. It comes before the rank's
@@ -40,34 +37,12 @@ func (c *Core) snapshot(r *rank, s Snapshot) {
 	c.sync(r)
 }
 
-// keep cuts a history store down to the run of its blocks the cut holds,
-// and reports whether it kept all of them. A block cut off takes the rest
-// of the run with it: their identities chain through it.
-func (k *cut) keep(ev *kvevents.Event) bool {
-	n := 0
-	for n < len(ev.BlockHashes) {
-		if _, ok := k.held[ev.BlockHashes[n]]; !ok {
-			break
-		}
-		n++
-	}
-	k.kept += n
-	if n == len(ev.BlockHashes) {
-		return true
-	}
-	ev.BlockHashes = ev.BlockHashes[:n]
-	if !ev.Placeholder {
-		ev.TokenIDs = ev.TokenIDs[:n*ev.BlockSize]
-	}
-	return false
-}
-
 // endCut closes the rank's history: from here on the stream is live, and a
 // batch below the resume seq is a duplicate of what the cut holds.
 func (c *Core) endCut(r *rank) {
 	k := r.cut
 	r.cut, r.resumed = nil, k.resume
 	c.log.Info("ingest: engine snapshot applied; live from its resume seq", "dp_rank", r.DP, "resume_seq", k.resume,
-		"blocks_held", k.named, "stores_kept", k.kept)
+		"blocks_held", k.named)
 	c.sync(r)
 }

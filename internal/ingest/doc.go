@@ -74,8 +74,9 @@
 // it before the rank's first batch. The snapshot names the blocks the
 // engine held at its barrier (ResumeSeq-1) by engine hash only, without
 // tokens, so the core takes their identities from the history before the
-// cut (the replay buffer from seq 0): a history store keeps the run of its
-// blocks the cut holds (the rest are counted DropUncut). The rank is not
+// cut (the replay buffer from seq 0), which the cut does not prune: the
+// engine's mirror is keyed by hash whatever the medium, so it drops a block
+// one medium removed while another holds it. The rank is not
 // ready until the stream reaches the cut (the barrier batch, or the first
 // batch past it); after it, a batch below ResumeSeq is a duplicate
 // (DropDuplicate). Live batches carry the snapshot's epoch. A reset drops

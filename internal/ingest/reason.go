@@ -21,7 +21,6 @@ const (
 	DropUnattributed  // runner store without its TP shard
 	DropUnknownParent // store whose parent the source does not hold
 	DropInvalid       // an op the output refused for another reason
-	DropUncut         // a history store of a block the engine's snapshot does not hold
 	DropDuplicate     // a batch the engine's snapshot already holds
 
 	// Why a rank's sources were reset (emptied and rebuilt).
@@ -43,7 +42,7 @@ var reasonNames = [NumReasons]string{
 	RejectMalformed: "malformed", RejectBlockSize: "block_size", RejectEvent: "event", RejectTopic: "topic",
 	DropPlaceholder: "placeholder", DropOtherGroup: "other_group", DropNoOwner: "no_owner",
 	DropUnattributed: "unattributed", DropUnknownParent: "unknown_parent", DropInvalid: "invalid",
-	DropUncut: "uncut", DropDuplicate: "duplicate",
+	DropDuplicate:      "duplicate",
 	ResetUnrecoverable: "unrecoverable", ResetRestart: "restart", ResetEpoch: "epoch",
 	ResetReconnected: "reconnected", ResetSilentGap: "silent_gap", ResetRejected: "rejected",
 	ResetEngineDown: "engine_down", ResetInconsistent: "inconsistent",
