@@ -186,7 +186,7 @@ func TestDebugInventory(t *testing.T) {
 			Blocks map[string][]uint64 `json:"blocks"`
 		} `json:"sources"`
 	}
-	if err := json.Unmarshal(get(t, g.url()+"/debug/inventory"), &inv); err != nil {
+	if err := json.Unmarshal(get(t, g.admin()+"/debug/inventory"), &inv); err != nil {
 		t.Fatal(err)
 	}
 	want := slices.Sorted(slices.Values(engineHashes(toks, "")))
