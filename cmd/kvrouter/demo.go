@@ -105,29 +105,17 @@ and exits 0 only when both hold for both flavours. It reads --log-dir and
 			defer stop()
 			o.Logger = stderrLogger(cmd, verbosity(verbose))
 			switch scenario {
-			case "seed":
-				res, err := demo.Seed(ctx, demo.SeedOptions{Flavor: o.Flavor, LogDir: o.LogDir, Logger: o.Logger})
-				if err != nil {
-					return err
-				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				if !o.JSON {
-					enc.SetIndent("", "  ")
-				}
-				if err := enc.Encode(res); err != nil {
-					return err
-				}
-				if !res.OK() {
-					return errSeedFailed
-				}
-				return nil
-			case "pd", "tenants":
+			case "seed", "pd", "tenants":
 				var res interface{ OK() bool }
 				var err error
-				fail := errPDFailed
-				if scenario == "pd" {
+				fail := errSeedFailed
+				switch scenario {
+				case "seed":
+					res, err = demo.Seed(ctx, demo.SeedOptions{Flavor: o.Flavor, LogDir: o.LogDir, Logger: o.Logger})
+				case "pd":
 					res, err = demo.PD(ctx, demo.PDOptions{LogDir: o.LogDir, Speedup: o.Speedup, Logger: o.Logger, Err: cmd.ErrOrStderr()})
-				} else {
+					fail = errPDFailed
+				default:
 					res, err = demo.Tenants(ctx, demo.TenantsOptions{LogDir: o.LogDir, Logger: o.Logger})
 					fail = errTenantsFailed
 				}
