@@ -6,12 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"kvrouter/internal/zmtp/zmtptest"
 )
 
 // waitLimit is a safety net against hangs, not a timing assertion.
@@ -25,48 +26,7 @@ var leakIgnored = []string{"zmq4.(*pubMWriter).run"}
 // checkLeaks fails t if goroutines started during the test outlive it.
 func checkLeaks(t *testing.T) {
 	t.Helper()
-	before := goroutines()
-	t.Cleanup(func() {
-		var extra []string
-		for deadline := time.Now().Add(waitLimit); ; {
-			extra = extra[:0]
-			for id, stack := range goroutines() {
-				if _, ok := before[id]; !ok {
-					extra = append(extra, stack)
-				}
-			}
-			if len(extra) == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if len(extra) > 0 {
-			t.Errorf("%d goroutines leaked:\n%s", len(extra), strings.Join(extra, "\n\n"))
-		}
-	})
-}
-
-// goroutines maps goroutine header lines ("goroutine N") to stacks,
-// leaving out the ignored ones and the caller's own.
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := make(map[string]string)
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i == 0 || slices.ContainsFunc(leakIgnored, func(s string) bool { return strings.Contains(g, s) }) {
-			continue
-		}
-		id, _, _ := strings.Cut(g, " [")
-		out[id] = g
-	}
-	return out
+	zmtptest.CheckLeaks(t, leakIgnored...)
 }
 
 func quietLogger() *slog.Logger {
