@@ -58,26 +58,11 @@ func checkObject(body []byte) error {
 // be a valid JSON object (large prompts make every validation pass count),
 // writing the result over dst's memory.
 func editMembers(dst, body []byte, set ...member) []byte {
-	open := rawjson.SkipSpace(body, 0)
-	var buf [16]rawjson.Member
-	ms, closing := rawjson.Members(buf[:0], body, open)
-	out := slices.Grow(dst[:0], len(body)+setSize(set))
-	out = append(out, body[:open+1]...)
-	kept := 0
-	for _, m := range ms {
-		if setsKey(set, m.Key) {
-			continue
-		}
-		if kept > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, body[m.Start:m.End]...)
-		kept++
-	}
-	out = appendSet(out, kept, set)
-	out = append(out, '}')
-	return append(out, body[closing+1:]...)
+	return rewriteMembers(dst, body, keepAll, set)
 }
+
+// keepAll drops no member.
+func keepAll(string) bool { return false }
 
 // setSize bounds what set adds to a body.
 func setSize(set []member) int {
