@@ -11,7 +11,6 @@ package ingest
 // carries every store's later removals itself.
 type cut struct {
 	resume uint64
-	held   map[uint64]struct{}
 	named  int // blocks the cut holds
 }
 
@@ -23,13 +22,10 @@ func (c *Core) snapshot(r *rank, s Snapshot) {
 		c.log.Warn("ingest: engine snapshot after the rank's first batch; ignored", "dp_rank", r.DP, "resume_seq", s.ResumeSeq)
 		return
 	}
-	k := &cut{resume: s.ResumeSeq, held: map[uint64]struct{}{}}
+	k := &cut{resume: s.ResumeSeq}
 	for _, b := range s.Blocks {
-		for _, h := range b.Hashes {
-			k.held[h] = struct{}{}
-		}
+		k.named += len(b.Hashes)
 	}
-	k.named = len(k.held)
 	r.cut = k
 	// The live batches after the cut carry the snapshot's epoch: it is
 	// the publisher the cut is of, not a new one.
