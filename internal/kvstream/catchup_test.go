@@ -38,7 +38,8 @@ func TestTrackerStart(t *testing.T) {
 		{"after a reconnect a lower seq is a new publisher", true, [][2]string{
 			{"start a", "ask a 0"},
 			{"replay 1 0 1 2 end", "msg a 0 r|msg a 1 r|msg a 2 r"},
-			{"reconnect a", ""},
+			{"reconnect a", "ask a 3"},
+			{"replay 2 end", ""},
 			{"live a 0", "restart a 2->0|msg a 0"},
 		}},
 		{"live messages during the replay are held and anchor it", true, [][2]string{
@@ -76,6 +77,19 @@ func TestTrackerStart(t *testing.T) {
 			{"replay 1 cut", ""},
 			{"live a 3", "gap a 0-2|ask a 0"},
 		}},
+		{"without catch-up a reconnect asks for nothing", false, [][2]string{
+			{"live a 3", "msg a 3"},
+			{"reconnect a", ""},
+			{"live a 5", "gap a 4-4|ask a 4"},
+		}},
+		{"a reconnect before anything was delivered catches up from 0", true, [][2]string{
+			{"start a", "ask a 0"},
+			{"replay 1 end", ""},
+			{"reconnect a", "ask a 0"},
+			{"replay 2 0 1 end", "msg a 0 r|msg a 1 r"},
+			{"live a 1", ""},
+			{"live a 2", "msg a 2"},
+		}},
 		{"a live message past the history opens a gap", true, [][2]string{
 			{"start a", "ask a 0"},
 			{"replay 1 0 1 end", "msg a 0 r|msg a 1 r"},
@@ -85,44 +99,135 @@ func TestTrackerStart(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := Tracker{CatchUp: tc.catchUp}
-			var asked []ReplayRequest
-			for i, st := range tc.steps {
-				f := strings.Fields(st[0])
-				var items []Item
-				var req *ReplayRequest
-				switch f[0] {
-				case "start":
-					req = tr.Start(f[1])
-				case "reconnect":
-					tr.Reconnect(f[1])
-				case "live":
-					seq, _ := strconv.ParseUint(f[2], 10, 64)
-					items, req = tr.Live(nil, f[1], Message{Topic: "t", Seq: seq}, true)
-				case "replay":
-					n, _ := strconv.Atoi(f[1])
-					res := ReplayResult{ID: asked[n-1].ID, Key: asked[n-1].Key, Complete: f[len(f)-1] == "end"}
-					for _, s := range f[2 : len(f)-1] {
-						seq, _ := strconv.ParseUint(s, 10, 64)
-						res.Messages = append(res.Messages, Message{Seq: seq})
-					}
-					items, req = tr.Replayed(nil, res, true)
-				}
-				var got []string
-				for _, it := range items {
-					got = append(got, itemString(it))
-				}
-				if req != nil {
-					got = append(got, fmt.Sprintf("ask %s %d", req.Key, req.From))
-					asked = append(asked, *req)
-				}
-				var want []string
-				if st[1] != "" {
-					want = strings.Split(st[1], "|")
-				}
-				if !slices.Equal(got, want) {
-					t.Fatalf("step %d %q:\n got %q\nwant %q", i, st[0], got, want)
-				}
-			}
+			runCatchUpSteps(t, &tr, tc.steps)
 		})
+	}
+}
+
+// At a reconnect the batches published while the connection was down are
+// asked for at once: an idle publisher sends no live message whose seq
+// would reveal them.
+func TestTrackerReconnect(t *testing.T) {
+	// Each case starts from a key that delivered 0..3, the last one live.
+	setup := [][2]string{
+		{"start a", "ask a 0"},
+		{"replay 1 0 1 2 end", "msg a 0 r|msg a 1 r|msg a 2 r"},
+		{"live a 3", "msg a 3"},
+	}
+	tests := []struct {
+		name  string
+		steps [][2]string // as in TestTrackerStart, after setup's
+	}{
+		{"what was published meanwhile, then live copies of it", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"replay 2 4 5 end", "msg a 4 r|msg a 5 r"},
+			{"live a 5", ""},
+			{"live a 6", "msg a 6"},
+		}},
+		{"an idle publisher that missed nothing", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"replay 2 end", ""},
+			{"live a 4", "msg a 4"},
+		}},
+		{"a publisher that restarted with fewer batches", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"replay 2 end", ""},
+			{"live a 1", "restart a 3->1|msg a 1"},
+		}},
+		{"below what the catch-up delivered is a restart", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"replay 2 4 5 end", "msg a 4 r|msg a 5 r"},
+			{"live a 2", "restart a 5->2|msg a 2"},
+		}},
+		{"a live message meanwhile bounds the answer", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"live a 7", "gap a 4-6"},
+			{"live a 8", ""},
+			{"replay 2 4 5 6 7 8 9 end", "msg a 4 r|msg a 5 r|msg a 6 r|healed a 4-6|msg a 7|msg a 8"},
+			{"live a 9", "msg a 9"},
+		}},
+		{"the next live message meanwhile is held", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"live a 4", ""},
+			// 5 is past the live one: it will arrive live.
+			{"replay 2 4 5 end", "msg a 4"},
+		}},
+		{"a live message below the last seen meanwhile is a restart", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"live a 0", "restart a 3->0|msg a 0"},
+			{"replay 2 4 5 end", ""},
+			{"live a 1", "msg a 1"},
+		}},
+		{"the buffer lost batches meanwhile", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"replay 2 7 8 end", "lost a 4-6|msg a 7 r|msg a 8 r"},
+			{"live a 9", "msg a 9"},
+		}},
+		{"a failed catch-up leaves the gap to the next live message", [][2]string{
+			{"reconnect a", "ask a 4"},
+			{"replay 2 cut", ""},
+			{"live a 6", "gap a 4-5|ask a 4"},
+			{"replay 3 4 5 6 end", "msg a 4 r|msg a 5 r|healed a 4-5|msg a 6"},
+		}},
+		{"a reconnect during a gap's replay asks again, keeping what it holds", [][2]string{
+			{"live a 5", "gap a 4-4|ask a 4"},
+			{"reconnect a", "ask a 4"},
+			{"replay 2 4 5 end", ""},
+			{"replay 3 4 5 6 end", "msg a 4 r|healed a 4-4|msg a 5|msg a 6 r"},
+			{"live a 6", ""},
+			{"live a 7", "msg a 7"},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := Tracker{CatchUp: true}
+			runCatchUpSteps(t, &tr, append(slices.Clone(setup), tc.steps...))
+		})
+	}
+}
+
+// runCatchUpSteps runs the steps of a catch-up table on tr: "start KEY",
+// "reconnect KEY", "live KEY SEQ", or "replay N SEQ... end|cut" answering
+// the Nth ReplayRequest the steps issued; each gives the items and asks
+// expected, space-separated words joined with "|".
+func runCatchUpSteps(t *testing.T, tr *Tracker, steps [][2]string) {
+	t.Helper()
+	var asked []ReplayRequest
+	for i, st := range steps {
+		f := strings.Fields(st[0])
+		var items []Item
+		var req *ReplayRequest
+		switch f[0] {
+		case "start":
+			req = tr.Start(f[1])
+		case "reconnect":
+			req = tr.Reconnect(f[1], true)
+		case "live":
+			seq, _ := strconv.ParseUint(f[2], 10, 64)
+			items, req = tr.Live(nil, f[1], Message{Topic: "t", Seq: seq}, true)
+		case "replay":
+			n, _ := strconv.Atoi(f[1])
+			res := ReplayResult{ID: asked[n-1].ID, Key: asked[n-1].Key, Complete: f[len(f)-1] == "end"}
+			for _, s := range f[2 : len(f)-1] {
+				seq, _ := strconv.ParseUint(s, 10, 64)
+				res.Messages = append(res.Messages, Message{Seq: seq})
+			}
+			items, req = tr.Replayed(nil, res, true)
+		}
+		var got []string
+		for _, it := range items {
+			got = append(got, itemString(it))
+		}
+		if req != nil {
+			got = append(got, fmt.Sprintf("ask %s %d", req.Key, req.From))
+			asked = append(asked, *req)
+		}
+		var want []string
+		if st[1] != "" {
+			want = strings.Split(st[1], "|")
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d %q:\n got %q\nwant %q", i, st[0], got, want)
+		}
 	}
 }

@@ -1,9 +1,11 @@
 // Package kvstream moves engine KV-event frames over ZMQ: a Subscriber that
 // reads [topic, seq, payload] messages from vLLM/SGLang publishers (or from
 // our simulated engine's Publisher), tracks sequence numbers per publisher,
-// heals gaps through the publisher's replay endpoint, and reconnects on its
-// own; and a Publisher that stamps sequence numbers and answers replay
-// requests from a ring buffer.
+// heals gaps through the publisher's replay endpoint, reconnects on its own,
+// and catches up from the replay endpoint at once (the history at the first
+// connection, what was missed at a reconnect) since an idle publisher sends
+// nothing that would reveal a gap; and a Publisher that stamps sequence
+// numbers and answers replay requests from a ring buffer.
 //
 // Payloads are opaque here: decoding them is kvevents' job.
 //

@@ -53,10 +53,13 @@ type Restart struct {
 
 // Reconnected reports that a connect-mode Subscriber lost its publisher and
 // dialed it again, or that the publisher of a OnePublisher bind-mode
-// Subscriber lost its connection and a new one delivers. Batches published
-// meanwhile show up as a Gap (or, if the publisher restarted, a Restart) on
-// the next Message; but a restarted publisher may also look like the same
-// one: the consumer should not trust state from before.
+// Subscriber is back on a new connection. With Config.CatchUp and a replay
+// endpoint, the batches published meanwhile follow at once as replayed
+// Messages, without waiting for a live one; otherwise they show up as a Gap
+// on the next Message. A publisher that restarted with fewer batches than
+// were seen shows a Restart on its next Message; but one whose seq already
+// passed the last one seen looks like the same one: the consumer should not
+// trust state from before.
 type Reconnected struct {
 	Endpoint string
 }

@@ -111,3 +111,43 @@ func TestOnePublisherReconnected(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 }
+
+// A publisher back on a new connection while its old one still looked open
+// (half-open: the old process's end not yet seen) is reported once the old
+// one ends, before the new one sends anything: an idle engine too gets its
+// catch-up.
+func TestOnePublisherReconnectedWhenOldConnectionEnds(t *testing.T) {
+	checkLeaks(t)
+	ep, s, out := onePublisher(t, "")
+	p1, err := NewPublisher(PublisherConfig{Endpoint: ep, Backoff: fastBackoff, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p1.Close() })
+	probe(t, pubSender(t, p1, "kv"), out)
+	p2 := startPub(t, PublisherConfig{Endpoint: ep, Backoff: fastBackoff})
+	waitFor(t, "the second connection", func() bool { return p2.pub.Stats().Connections > 0 })
+	select {
+	case it := <-out:
+		if !isProbe(it) {
+			t.Fatalf("while the old connection lives: %s", itemString(it))
+		}
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := p1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		it := nextItem(t, out)
+		if isProbe(it) {
+			continue
+		}
+		if got := itemString(it); got != "reconnected "+ep {
+			t.Fatalf("after the old connection ended: %s", got)
+		}
+		break
+	}
+	if st := s.Stats(); st.Reconnects != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+}

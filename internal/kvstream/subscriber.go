@@ -79,7 +79,9 @@ type Config struct {
 	// CatchUp replays a publisher's buffered history before its first
 	// message (see Tracker.CatchUp); it needs a replay endpoint. In connect
 	// mode and with OnePublisher the replay starts at the first connection,
-	// without waiting for a message (Tracker.Start).
+	// without waiting for a message (Tracker.Start), and at every later
+	// one the batches published while the connection was down are asked
+	// for at once (Tracker.Reconnect).
 	CatchUp bool
 	// Accept, if set, is asked about each message of a key not tracked yet
 	// (in bind mode with several publishers, the topic's PublisherKey):
@@ -246,9 +248,12 @@ func (s *Subscriber) countDrops(d drops) {
 // In connect mode the socket redials with Backoff whenever a dial fails or
 // the connection ends; once a lost connection is back, Reconnected is sent
 // before its first message. In bind mode with OnePublisher, Reconnected is
-// sent before the first message of a connection other than the one that
-// delivered before, or after a connection ended. A publisher that vanishes
-// without closing its TCP connection is noticed only with Heartbeat set.
+// sent when a connection is made after the one that delivered ended, or
+// when another connection than that one delivers or outlives it. With
+// CatchUp, what the publisher sent while its connection was down is
+// replayed right after Reconnected (Tracker.Reconnect). A publisher that
+// vanishes without closing its TCP connection is noticed only with
+// Heartbeat set.
 func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 	ctx, cancel := context.WithCancel(ctx)
 	ss := &session{
@@ -271,9 +276,11 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 	defer live.Close()
 
 	var (
-		connected bool   // connect mode: a connection existed, the next one is a reconnect
-		ended     bool   // OnePublisher: a connection ended since the last message
-		lastPeer  uint64 // OnePublisher: the connection of the last message
+		connected bool // connect mode: a connection existed, the next one is a reconnect
+		// OnePublisher: the connection whose messages make the stream, and
+		// one made after it while it had not ended yet.
+		current, pending uint64
+		ended            bool // OnePublisher: current ended
 	)
 	for {
 		select {
@@ -282,36 +289,59 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
 		case m := <-live.C():
 			switch m.Event {
 			case zmtp.EventConnected:
-				if !s.cfg.Bind || s.cfg.OnePublisher {
-					ss.catchUp()
-				}
-				if !s.cfg.Bind {
+				switch {
+				case !s.cfg.Bind:
 					if connected {
 						ss.reconnected()
+					} else {
+						ss.catchUp()
 					}
 					connected = true
+				case !s.cfg.OnePublisher:
+				case current == 0:
+					ss.catchUp()
+					current = m.Peer
+				case ended:
+					// The publisher is back on a new connection, maybe a
+					// new process whose seq already passed the last one
+					// seen: its batches would pass for a gap or even for
+					// the next ones, and a replay would hand the new
+					// process's history to a consumer holding the old
+					// one's state.
+					ss.reconnected()
+					current, ended = m.Peer, false
+				default:
+					// The current one may be half-open: whichever of the
+					// two first ends or sends decides.
+					pending = m.Peer
 				}
 			case zmtp.EventDisconnected:
-				if s.cfg.Bind {
-					// One publisher's connection ended; the socket still
-					// serves the others and the one that comes back.
-					s.log.Debug("kvstream: publisher connection ended", "err", m.Err)
-					ended = true
-				} else {
+				if !s.cfg.Bind {
 					s.log.Info("kvstream: publisher connection lost, redialing", "err", m.Err)
+					break
+				}
+				// One publisher's connection ended; the socket still
+				// serves the others and the one that comes back.
+				s.log.Debug("kvstream: publisher connection ended", "err", m.Err)
+				switch {
+				case !s.cfg.OnePublisher:
+				case m.Peer == current && pending != 0:
+					ss.reconnected()
+					current, pending = pending, 0
+				case m.Peer == current:
+					ended = true
+				case m.Peer == pending:
+					pending = 0
 				}
 			case zmtp.EventMessage:
-				if s.cfg.Bind && s.cfg.OnePublisher {
-					if ended || lastPeer != 0 && m.Peer != lastPeer {
-						// The message comes from a new connection, maybe
-						// of a new process whose seq already passed the
-						// last one seen: its batches would pass for a gap
-						// or even for the next ones, and a replay would
-						// hand the new process's history to a consumer
-						// holding the old one's state.
-						ss.reconnected()
+				if s.cfg.Bind && s.cfg.OnePublisher && current != 0 && m.Peer != current {
+					// A message of another connection than the one that
+					// delivered: the publisher is back on it.
+					ss.reconnected()
+					current, ended = m.Peer, false
+					if pending == m.Peer {
+						pending = 0
 					}
-					ended, lastPeer = false, m.Peer
 				}
 				ss.onLive(m.Frames)
 			}
@@ -351,11 +381,17 @@ type replayDone struct {
 	err      error
 }
 
+// reconnected reports the one publisher back on a new connection and
+// starts the replay of what it published meanwhile (Tracker.Reconnect).
 func (ss *session) reconnected() {
-	ss.tr.Reconnect(ss.cfg.Endpoint)
+	key := ss.cfg.Endpoint
+	req := ss.tr.Reconnect(key, ss.replayEndpoint(key) != "")
 	ss.reconnects.Add(1)
-	ss.log.Info("kvstream: reconnected")
+	ss.log.Info("kvstream: reconnected", "catch_up", req != nil)
 	ss.emit([]Item{Reconnected{Endpoint: ss.cfg.Endpoint}})
+	if req != nil {
+		ss.startReplay(*req)
+	}
 }
 
 // open makes the SUB socket: bound, or connecting in the background.

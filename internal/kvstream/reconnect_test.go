@@ -1,0 +1,149 @@
+package kvstream
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// cutProxy forwards TCP connections to a target and can cut them all and
+// refuse new ones for a while: a network outage between a subscriber and a
+// publisher that both outlive it.
+type cutProxy struct {
+	ln     net.Listener
+	target string // host:port
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]bool
+}
+
+// startProxy forwards a loopback port to target (tcp://HOST:PORT) until the
+// test ends.
+func startProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: strings.TrimPrefix(target, "tcp://"), conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) endpoint() string { return tcpEndpoint(p.ln.Addr()) }
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[in], p.conns[out] = true, true
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(out, in)
+		go p.pipe(in, out)
+	}
+}
+
+// pipe copies until either side ends, then closes both.
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// cut closes every connection; down refuses new ones until cut(false).
+func (p *cutProxy) cut(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// At a reconnect the subscriber asks at once for what the publisher sent
+// while the connection was down: an idle publisher sends no live message
+// whose seq would reveal the gap. In connect mode the subscriber dials the
+// publisher; in bind mode with OnePublisher the publisher dials it.
+func TestReconnectCatchUp(t *testing.T) {
+	for _, mode := range []string{"connect", "bind"} {
+		t.Run(mode, func(t *testing.T) {
+			checkLeaks(t)
+			var (
+				p   *Publisher
+				px  *cutProxy
+				ep  string
+				out <-chan Item
+			)
+			if mode == "connect" {
+				p = startPub(t, PublisherConfig{Endpoint: anyTCP, ReplayEndpoint: anyTCP})
+				px = startProxy(t, tcpEndpoint(p.Addr()))
+				ep = px.endpoint()
+				_, out = startSub(t, Config{Endpoint: ep, ReplayEndpoint: tcpEndpoint(p.ReplayAddr()), CatchUp: true, Backoff: fastBackoff})
+			} else {
+				replay := freeTCP(t)
+				ep = freeTCP(t)
+				_, out = startSub(t, Config{Endpoint: ep, Bind: true, OnePublisher: true, ReplayEndpoint: replay, CatchUp: true})
+				px = startProxy(t, ep)
+				p = startPub(t, PublisherConfig{Endpoint: px.endpoint(), ReplayEndpoint: bindTCP(replay), Backoff: fastBackoff})
+			}
+			// The first batch arrives live or through the catch-up at start,
+			// whichever wins.
+			if _, err := p.Publish("kv", []byte("a")); err != nil {
+				t.Fatal(err)
+			}
+			if m := nextMessage(t, out); m.Seq != 0 {
+				t.Fatalf("first batch: seq %d", m.Seq)
+			}
+
+			px.cut(true)
+			for _, b := range []string{"b", "c"} {
+				if _, err := p.Publish("kv", []byte(b)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			px.cut(false)
+			// The publisher stays idle: only the catch-up brings them.
+			expectItems(t, out, "reconnected "+ep, fmt.Sprintf("msg %s 1 r", ep), fmt.Sprintf("msg %s 2 r", ep))
+
+			// Live batches go on from there (the publisher may drop the
+			// first ones until the new connection's subscription reaches it;
+			// their gaps heal).
+			_, before := probe(t, pubSender(t, p, "kv"), out)
+			for _, it := range before {
+				if !strings.HasPrefix(it, "gap ") {
+					t.Fatalf("before the first live batch: %q", before)
+				}
+			}
+		})
+	}
+}
