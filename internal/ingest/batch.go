@@ -53,6 +53,7 @@ func (c *Core) batch(r *rank, b Batch) {
 		r.seen = true
 		r.complete = b.Seq == 0
 	}
+	r.cuttable = false
 	_, tp, shard := kvevents.ParseRunnerShardTopic(b.Topic)
 	// A replayed batch's topic is another batch's: its epoch says nothing.
 	if !b.Replayed && b.Epoch != r.epoch {

@@ -129,6 +129,9 @@ type rank struct {
 	// still arrive (a duplicate of what the cut holds).
 	cut     *cut
 	resumed uint64
+	// cuttable: no batch since the start, a Restart or a Reconnected, so
+	// the engine process's snapshot may be placed.
+	cuttable bool
 
 	seen  bool   // a batch arrived since the start
 	epoch string // SGLang publisher epoch of the last live batch
@@ -190,7 +193,7 @@ func New(cfg Config, out Output) (*Core, error) {
 		if c.ranks[rk.DP] != nil {
 			return nil, fmt.Errorf("ingest: Config.Ranks: DP rank %d given twice", rk.DP)
 		}
-		r := &rank{Rank: rk, waiting: true, srcs: []index.Source{rk.Worker}}
+		r := &rank{Rank: rk, waiting: true, cuttable: true, srcs: []index.Source{rk.Worker}}
 		if rk.HasOwner {
 			r.srcs = append(r.srcs, rk.Owner)
 			if cfg.TP > 1 {
@@ -244,6 +247,7 @@ func (c *Core) Step(dp int, in Input) error {
 		// The new process's batches carry its own SGLang epoch: that is
 		// the restart just handled, not another one.
 		r.epoch = ""
+		r.cuttable = true
 		c.sync(r)
 	case Reconnected:
 		// A seq that moves forward after a reconnect does not prove the
@@ -254,6 +258,7 @@ func (c *Core) Step(dp int, in Input) error {
 		r.waiting = true
 		c.engineReset(r, ResetReconnected)
 		r.epoch = "" // whatever epoch comes next is the one we start over from
+		r.cuttable = true
 		c.sync(r)
 	case Engine:
 		// A down engine's stream may have stopped without a sign: its worker

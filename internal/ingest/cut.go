@@ -14,12 +14,15 @@ type cut struct {
 	named  int // blocks the cut holds
 }
 
-// snapshot takes the engine's cut of a rank. It comes before the rank's
-// first batch; one that comes later is ignored, since batches already
-// applied may be before or after it.
+// snapshot takes the engine's cut of a rank. It comes before the first
+// batch of the rank's engine process: at start, or after a Restart or a
+// Reconnected, which emptied the worker source (a driver fetches the new
+// process's cut again, then replays its history from seq 0). One that
+// comes later is ignored, since batches already applied may be before or
+// after it.
 func (c *Core) snapshot(r *rank, s Snapshot) {
-	if r.seen {
-		c.log.Warn("ingest: engine snapshot after the rank's first batch; ignored", "dp_rank", r.DP, "resume_seq", s.ResumeSeq)
+	if !r.cuttable {
+		c.log.Warn("ingest: engine snapshot after a batch of the engine process; ignored", "dp_rank", r.DP, "resume_seq", s.ResumeSeq)
 		return
 	}
 	k := &cut{resume: s.ResumeSeq}

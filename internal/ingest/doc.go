@@ -71,7 +71,11 @@
 // # The engine's snapshot
 //
 // A driver that fetched the engine's snapshot (SGLang snapshot-v1) steps
-// it before the rank's first batch. The snapshot names the blocks the
+// it before the first batch of the engine process: at start, and after a
+// Restart or a Reconnected (which emptied the worker source), when it
+// fetches the cut of the engine that came back and replays that engine's
+// history from seq 0 again. One stepped later is ignored. The snapshot
+// names the blocks the
 // engine held at its barrier (ResumeSeq-1) by engine hash only, without
 // tokens, so the core takes their identities from the history before the
 // cut (the replay buffer from seq 0), which the cut does not prune: the

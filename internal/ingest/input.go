@@ -53,10 +53,12 @@ type Engine struct{ Up bool }
 // Snapshot is the engine's placement cut (SGLang snapshot-v1): the blocks
 // the rank's engine held when it stamped its barrier, the batch at
 // ResumeSeq-1. It carries engine hashes without tokens, so it names no
-// router identity by itself: the core takes the identities from the
-// history batches before ResumeSeq (the engine's replay buffer) and keeps
-// of them only the blocks the cut holds. A driver steps it before the
-// rank's first batch.
+// router identity by itself: the history batches before ResumeSeq (the
+// engine's replay buffer) name the blocks, and the cut holds the rank not
+// ready until the stream reaches it (see the package doc). A driver steps
+// it before the
+// first batch of the engine process: at start, or after a Restart or a
+// Reconnected, followed by the process's history from seq 0.
 type Snapshot struct {
 	// Epoch is the publisher epoch as Batch.Epoch names it
 	// (kvstream.EpochSuffix of the header's epoch).
