@@ -251,3 +251,59 @@ func TestRunnerWatch(t *testing.T) {
 		}
 	}
 }
+
+// An engine offering snapshot-v1 that restarts and stays idle: the agent
+// fetches the new process's cut again and catches up on its history from
+// seq 0, as at start. The old process's blocks are gone, the new one's
+// are the inventory, and live batches of the new epoch follow the cut.
+func TestAgentSnapshotAfterEngineRestart(t *testing.T) {
+	snapPort := freePort(t)
+	e := startEngineWith(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0, func(_, _, events map[string]any) {
+		events["snapshot_endpoint"] = fmt.Sprintf("tcp://*:%d", snapPort)
+	})
+	var live string
+	start := func(epoch string) *kvstream.Publisher {
+		t.Helper()
+		e.pub.Close()
+		p, err := kvstream.NewPublisher(kvstream.PublisherConfig{
+			Endpoint: fmt.Sprintf("tcp://*:%d", e.port), ReplayEndpoint: fmt.Sprintf("tcp://*:%d", e.replay), Logger: quiet(),
+			Snapshot: kvstream.SnapshotServerConfig{Endpoint: fmt.Sprintf("tcp://*:%d", snapPort), Topic: e.topic, Epoch: epoch},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.pub, live = p, e.topic+kvstream.EpochSuffix(epoch)
+		return p
+	}
+	publish := func(evs ...kvevents.Event) {
+		t.Helper()
+		payload, err := e.enc.Encode(kvevents.Batch{TS: 1700000000.5, HasDPRank: true, Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pub.PublishEvents(live, payload, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("ep1")
+	publish(e.ev("store", false, "A", "B"), e.ev("store", true, "A"))
+	publish(e.ev("remove", false, "B"))
+	c := startCluster(t, e, openBus(t), nil)
+	s := c.follow()
+	c.expect(s, "the first process's inventory", c.worker, "A@0", true)
+	c.expect(s, "the first process's owner", c.owner, "A@3", true)
+
+	// A new process, idle once it holds X: no live batch reveals it.
+	p2 := start("ep2")
+	publish(e.ev("store", false, "X"), e.ev("store", true, "X"))
+	c.expect(s, "the new process's inventory", c.worker, "X@0", true)
+	c.expect(s, "the new process's owner", c.owner, "X@3", true)
+	if st := p2.Stats(); st.Published < 2 {
+		t.Fatalf("the new process stamped %d batches: its cut was not asked for (no barrier)", st.Published)
+	}
+	publish(e.ev("store", false, "Y"))
+	c.expect(s, "a live batch of the new epoch", c.worker, "X@0 Y@0", true)
+	if st := c.agent.Stats(); st.Counts[ingest.ResetEpoch] != 0 || st.Counts[ingest.ResetUnrecoverable] != 0 {
+		t.Fatalf("counts %+v", st.Counts)
+	}
+}

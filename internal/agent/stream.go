@@ -48,47 +48,32 @@ func (a *Agent) relay(ctx context.Context, wg *sync.WaitGroup, core *Core, d *wo
 			return fmt.Errorf("agent: KV events of DP rank %d (kv_events_config, --advertise-host): %w", ev.DPRank, err)
 		}
 		a.subs = append(a.subs, sub)
-		out := make(chan kvstream.Item, 256)
-		started := make(chan struct{})
-		wg.Add(2)
-		go func(dp int) {
+		wg.Add(1)
+		go func(dp int, snapshot string) {
 			defer wg.Done()
-			select {
-			case <-started:
-			case <-ctx.Done():
-				return
+			send := func(x input) {
+				select {
+				case in <- x:
+				case <-ctx.Done():
+				}
 			}
-			if err := sub.Run(ctx, out); err != nil {
+			// The engine's cut comes first, and the subscriber's catch-up
+			// replay after it, so that the replay reaches its barrier: at
+			// start, and again whenever the engine comes back (a reconnect
+			// or a restart: maybe a new process, whose cut is another).
+			var before func(context.Context)
+			if snapshot != "" {
+				before = func(ctx context.Context) {
+					if s := a.fetchSnapshot(ctx, dp, snapshot); s != nil {
+						send(input{dp: dp, snap: s})
+					}
+				}
+			}
+			err := kvstream.Follow(ctx, sub, before, func(it kvstream.Item) { send(input{dp: dp, item: it}) })
+			if err != nil {
 				select { // the first failure stops the agent
 				case errs <- fmt.Errorf("agent: KV events of DP rank %d at %s (kv_events_config): %w", dp, cfg.Endpoint, err):
 				default:
-				}
-			}
-		}(ev.DPRank)
-		go func(dp int, snapshot string) {
-			defer wg.Done()
-			// The engine's cut comes first, and the subscriber's catch-up
-			// replay after it, so that the replay reaches its barrier.
-			if snapshot != "" {
-				if s := a.fetchSnapshot(ctx, dp, snapshot); s != nil {
-					select {
-					case in <- input{dp: dp, snap: s}:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}
-			close(started)
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case it := <-out:
-					select {
-					case in <- input{dp: dp, item: it}:
-					case <-ctx.Done():
-						return
-					}
 				}
 			}
 		}(ev.DPRank, ev.SnapshotDial)

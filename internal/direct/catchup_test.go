@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +136,53 @@ func TestFleetEventsBindCatchesUp(t *testing.T) {
 
 	r := runFleet(t, fmt.Sprintf("url=http://w:1,id=w,model=m,block_size=%d,replay=%s", testBS, tcpOf(p.ReplayAddr())), bind)
 	waitOverlap(t, r, a, 3, func() { publish() })
+}
+
+// A --worker engine offering snapshot-v1 that restarts and stays idle: the
+// router fetches the new process's cut again and catches up on its
+// history from seq 0, as at start. The old process's blocks are gone and
+// the new one's are the inventory.
+func TestFleetSnapshotAfterEngineRestart(t *testing.T) {
+	events, replay, snapshot := freeEndpoint(t), freeEndpoint(t), freeEndpoint(t)
+	bindAll := func(ep string) string { return "tcp://*:" + ep[strings.LastIndexByte(ep, ':')+1:] }
+	var p *kvstream.Publisher
+	start := func(epoch string) {
+		t.Helper()
+		if p != nil {
+			p.Close()
+		}
+		var err error
+		p, err = kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: bindAll(events), ReplayEndpoint: bindAll(replay), Logger: quiet(),
+			Snapshot: kvstream.SnapshotServerConfig{Endpoint: bindAll(snapshot), Topic: "kv", Epoch: epoch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { p.Close() })
+	enc := kvencode.Encoder{Format: kvencode.SGLangMap}
+	publish := func(epoch string, evs ...kvevents.Event) {
+		t.Helper()
+		b, err := enc.Encode(kvevents.Batch{TS: 1, Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.PublishEvents("kv"+kvstream.EpochSuffix(epoch), b, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("e1")
+	a, x := prompt(1, 3), prompt(100, 2)
+	publish("e1", stored(a, kvevents.TierDevice, "GPU"))
+	r := runFleet(t, fmt.Sprintf("url=http://w:1,id=w,model=m,engine=sglang,block_size=%d,events=%s,replay=%s,snapshot=%s",
+		testBS, events, replay, snapshot), "")
+	waitOverlap(t, r, a, 3, nil)
+
+	// A new process, idle once it holds x: no live batch reveals it.
+	start("e2")
+	publish("e2", stored(x, kvevents.TierDevice, "GPU"))
+	waitOverlap(t, r, x, 2, nil)
+	waitOverlap(t, r, a, 0, nil)
+	if st := p.Stats(); st.Published < 2 {
+		t.Fatalf("the new process stamped %d batches: its cut was not asked for (no barrier)", st.Published)
+	}
 }

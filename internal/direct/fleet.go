@@ -126,17 +126,24 @@ func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank in
 			return
 		}
 	}
+	var before func(context.Context)
 	if spec.snapshot != "" {
-		// The cut first, so that the catch-up replay reaches its barrier.
 		snap, err := kvstream.EndpointForRank(spec.snapshot, rank)
 		if err != nil {
 			f.Log.Error("worker: snapshot endpoint", "worker", in.id, "snapshot", spec.snapshot, "err", err)
 			return
 		}
-		if s, err := kvstream.FetchSnapshot(ctx, snap, kvstream.SnapshotClientConfig{Logger: f.Log}); err != nil {
-			f.Log.Warn("worker: engine snapshot unavailable; catching up from the replay buffer alone", "worker", in.id, "dp_rank", rank, "err", err)
-		} else {
-			in.snapshot(rank, s)
+		// The cut first, so that the catch-up replay reaches its barrier:
+		// at start, and again whenever the engine comes back (a reconnect
+		// or a restart: maybe a new process, whose cut is another).
+		before = func(ctx context.Context) {
+			if s, err := kvstream.FetchSnapshot(ctx, snap, kvstream.SnapshotClientConfig{Logger: f.Log}); err != nil {
+				if ctx.Err() == nil {
+					f.Log.Warn("worker: engine snapshot unavailable; catching up from the replay buffer alone", "worker", in.id, "dp_rank", rank, "err", err)
+				}
+			} else {
+				in.snapshot(rank, s)
+			}
 		}
 	}
 	// An idle engine's history is the router's initial inventory: the
@@ -147,24 +154,8 @@ func (f *Fleet) follow(ctx context.Context, spec WorkerSpec, in *ingest, rank in
 		return
 	}
 	f.Metrics.streams.add(ep, sub)
-	pump(ctx, sub, f.Log, func(it kvstream.Item) { in.handle(it, rank) })
-}
-
-// pump runs sub and hands its items to handle until ctx ends.
-func pump(ctx context.Context, sub *kvstream.Subscriber, log *slog.Logger, handle func(kvstream.Item)) {
-	items := make(chan kvstream.Item, 256)
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx, items) }()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				log.Error("events: subscriber stopped", "err", err)
-			}
-			return
-		case it := <-items:
-			handle(it)
-		}
+	if err := kvstream.Follow(ctx, sub, before, func(it kvstream.Item) { in.handle(it, rank) }); err != nil {
+		f.Log.Error("events: subscriber stopped", "worker", in.id, "err", err)
 	}
 }
 
@@ -184,7 +175,7 @@ func (f *Fleet) bind(ctx context.Context) {
 	}
 	f.Log.Info("events: listening for engines", "endpoint", f.EventsBind)
 	f.Metrics.streams.add(f.EventsBind, sub)
-	pump(ctx, sub, f.Log, func(it kvstream.Item) {
+	err = kvstream.Follow(ctx, sub, nil, func(it kvstream.Item) {
 		key := itemKey(it)
 		in := f.bound(key)
 		if in == nil {
@@ -193,6 +184,9 @@ func (f *Fleet) bind(ctx context.Context) {
 		}
 		in.handle(it, -1)
 	})
+	if err != nil {
+		f.Log.Error("events: subscriber stopped", "endpoint", f.EventsBind, "err", err)
+	}
 }
 
 // accept says whether the subscriber on --events-bind should follow a
