@@ -19,6 +19,7 @@ import (
 	"kvrouter/internal/discovery"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
+	"kvrouter/internal/runnerprobe"
 	"kvrouter/internal/workerconfig"
 )
 
@@ -28,8 +29,8 @@ const (
 	DefaultNATSTimeout = time.Minute
 	DefaultEngineWait  = 15 * time.Minute
 	DefaultEngineGrace = 15 * time.Second
-	DefaultRunnerProbe = time.Second
-	DefaultOwnerTTL    = time.Minute
+	DefaultRunnerProbe = runnerprobe.DefaultInterval
+	DefaultOwnerTTL    = runnerprobe.DefaultTTL
 )
 
 // Config is what `kvrouter agent` is told; field comments name the flags.
@@ -103,10 +104,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("--nats-timeout %v: must be positive", cfg.NATSTimeout)
 	case cfg.EngineGrace < 0 || cfg.EngineWait < 0:
 		return nil, errors.New("--engine-grace and --engine-wait must not be negative")
-	case cfg.RunnerProbe < 0:
-		return nil, fmt.Errorf("--runner-probe %v: must not be negative (0 disables the probe)", cfg.RunnerProbe)
-	case cfg.RunnerProbe > 0 && cfg.OwnerTTL < cfg.RunnerProbe:
-		return nil, fmt.Errorf("--owner-ttl %v: must be at least --runner-probe %v", cfg.OwnerTTL, cfg.RunnerProbe)
+	}
+	if err := (runnerprobe.Config{Interval: cfg.RunnerProbe, TTL: cfg.OwnerTTL}).Check(); err != nil {
+		return nil, err
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}

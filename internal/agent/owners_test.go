@@ -217,41 +217,6 @@ func TestAgentSnapshotCatchUp(t *testing.T) {
 	}
 }
 
-func TestRunnerWatch(t *testing.T) {
-	w := runnerWatch{ttl: 10 * time.Second}
-	t0 := time.Unix(1000, 0)
-	down := fmt.Errorf("dial: %w", net.ErrClosed)
-	busy := fmt.Errorf("refused: %w", runner.ErrPeerBusy)
-	for i, st := range []struct {
-		epoch uint64
-		err   error
-		at    time.Duration
-		want  string
-	}{
-		{7, nil, 0, "up 7"},
-		{7, nil, time.Second, "up 7"},  // every answer: the core needs one after each engine signal
-		{0, busy, 2 * time.Second, ""}, // alive, epoch unsaid
-		{0, down, 3 * time.Second, "down"},
-		{0, down, 12 * time.Second, ""},
-		{0, down, 13 * time.Second, "expired"},
-		{0, down, 14 * time.Second, ""},
-		{8, nil, 15 * time.Second, "up 8"},
-		{0, down, 16 * time.Second, "down"},
-	} {
-		rep, send := w.observe(st.epoch, st.err, t0.Add(st.at))
-		got := ""
-		if send {
-			got = [...]string{ingest.RunnerUp: "up", ingest.RunnerDown: "down", ingest.RunnerExpired: "expired"}[rep.State]
-			if rep.State == ingest.RunnerUp {
-				got += fmt.Sprintf(" %d", rep.Epoch)
-			}
-		}
-		if got != st.want {
-			t.Fatalf("step %d: %q, want %q", i, got, st.want)
-		}
-	}
-}
-
 // An engine offering snapshot-v1 that restarts and stays idle: the agent
 // fetches the new process's cut again and catches up on its history from
 // seq 0, as at start. The old process's blocks are gone, the new one's

@@ -4,13 +4,10 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"sync"
-	"time"
 
 	"kvrouter/internal/ingest"
 	"kvrouter/internal/kvstream"
-	"kvrouter/internal/runner"
+	"kvrouter/internal/runnerprobe"
 	"kvrouter/internal/workerconfig"
 )
 
@@ -25,75 +22,22 @@ func (a *Agent) probesRunners(d *workerconfig.Descriptor) bool {
 // a cache owner's inventory stands while its runners answer with the
 // epoch they had (ingest.Runner).
 func (a *Agent) probeRunners(ctx context.Context, d *workerconfig.Descriptor, in chan<- input) {
-	timeout := min(max(a.cfg.RunnerProbe/2, 100*time.Millisecond), time.Second)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var targets []runnerprobe.Target
 	for _, sc := range d.SourceControl {
 		if _, ok := d.OwnerIDs[sc.DPRank]; !ok {
 			continue
 		}
 		for tp, ep := range sc.TPEndpoints {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w := runnerWatch{ttl: a.cfg.OwnerTTL}
-				t := time.NewTicker(a.cfg.RunnerProbe)
-				defer t.Stop()
-				for {
-					epoch, err := runner.Ping(ctx, ep, timeout)
-					if ctx.Err() != nil {
-						return
-					}
-					if rep, send := w.observe(epoch, err, time.Now()); send {
-						if rep.State == ingest.RunnerExpired {
-							a.log.Warn("agent: runner unreachable past --owner-ttl; dropping its cache owner's inventory",
-								"dp_rank", sc.DPRank, "tp_rank", tp, "endpoint", ep, "err", err)
-						}
-						rep.TP = tp
-						select {
-						case in <- input{dp: sc.DPRank, runner: &rep}:
-						case <-ctx.Done():
-							return
-						}
-					}
-					select {
-					case <-t.C:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}()
+			targets = append(targets, runnerprobe.Target{DP: sc.DPRank, TP: tp, Endpoint: ep})
 		}
 	}
-}
-
-// runnerWatch turns one runner's ping results into reports: up with its
-// epoch at every answer (the core needs one after every engine-level
-// signal), down at the first failure, expired once down for the TTL. A
-// refusal for lack of connection slots shows the runner alive but says
-// no epoch: no report.
-type runnerWatch struct {
-	ttl     time.Duration
-	down    bool
-	since   time.Time
-	expired bool
-}
-
-func (w *runnerWatch) observe(epoch uint64, err error, now time.Time) (ingest.Runner, bool) {
-	switch {
-	case err == nil:
-		w.down, w.expired = false, false
-		return ingest.Runner{State: ingest.RunnerUp, Epoch: epoch}, true
-	case errors.Is(err, runner.ErrPeerBusy):
-		return ingest.Runner{}, false
-	case !w.down:
-		w.down, w.since = true, now
-		return ingest.Runner{State: ingest.RunnerDown}, true
-	case !w.expired && now.Sub(w.since) >= w.ttl:
-		w.expired = true
-		return ingest.Runner{State: ingest.RunnerExpired}, true
-	}
-	return ingest.Runner{}, false
+	cfg := runnerprobe.Config{Interval: a.cfg.RunnerProbe, TTL: a.cfg.OwnerTTL, Log: a.log.With("component", "runner probe")}
+	runnerprobe.Run(ctx, cfg, targets, func(tg runnerprobe.Target, rep ingest.Runner) {
+		select {
+		case in <- input{dp: tg.DP, runner: &rep}:
+		case <-ctx.Done():
+		}
+	})
 }
 
 // fetchSnapshot asks DP rank dp's engine for its snapshot-v1 cut; nil when
