@@ -38,7 +38,9 @@ with TP > 1 a block counts only while every TP rank's runner holds it), keeps
 a local index, and republishes every change on the event plane with its own
 gap-free cursor, answering snapshot requests so router services can join late.
 At start it catches up on the engine's history at once: the snapshot-v1 cut
-where SGLang offers one (snapshot_endpoint), and the replay buffer from seq 0.
+where SGLang offers one (snapshot_endpoint), and the replay buffer from seq 0;
+such an engine is caught up on that way again whenever it comes back (a
+reconnect or a restart), any other at a reconnect on what it sent meanwhile.
 Engine gaps are healed by replay; while one is open, or after an engine
 restart or lost events, the rank's sources are reset and not ready until the
 stream is in order again. A cache owner's inventory belongs to its runners:

@@ -84,9 +84,11 @@ Workers come from two places:
   events=tcp://H:P      its KV event publisher, dialable; omit for approximate mode
   replay=tcp://H:P      its replay endpoint, to heal sequence gaps and catch up on
                         its history at start (with events=, or an engine with dp=1
-                        that sends to --events-bind: at its first batch)
+                        that sends to --events-bind: at its first batch) and, with
+                        events=, on what it sent while the connection was down
   snapshot=tcp://H:P    SGLang's snapshot_endpoint (engine=sglang, with events=): its
-                        snapshot-v1 cut is the start of the catch-up
+                        snapshot-v1 cut is the start of the catch-up, at start and
+                        again from seq 0 whenever the engine comes back
   block_size=N          KV block size in tokens (default 16; must match the engine)
   dp=N                  data-parallel ranks (default 1)
   tp=N                  tensor-parallel ranks per DP rank (default 1; engine=sglang
@@ -104,7 +106,10 @@ Workers come from two places:
   hint=vllm|vllm-old|sglang|sglang-old   override the hint placement
   control=tcp://H:P[;tcp://H:P...]   its runners' control endpoints, one per DP
                         rank (or rank 0's alone: rank d's at port + d*tp): with
-                        type=, the worker is a hint source, peers pulling from there
+                        type=, the worker is a hint source, peers pulling from there;
+                        each runner (TP rank t's at port + t) is asked for its epoch
+                        every --runner-probe, and its inventory is dropped when it
+                        restarts or stays silent for --owner-ttl
 
 A model with prefill and decode workers (type=, or the role a state agent
 read from SGLang's disaggregation_mode, vLLM's kv_role or Dynamo's
@@ -243,6 +248,8 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", 0, "cost policy: fix the KV cache bytes per token instead of taking the engines' reports (prior: 262144, Qwen3-32B BF16)")
 	f.DurationVar(&o.ApproxTTL, "approx-ttl", o.ApproxTTL, "approximate mode: how long a routed request's blocks are assumed cached")
 	f.DurationVar(&o.DetachedOwnerTTL, "detached-owner-ttl", o.DetachedOwnerTTL, "how long a departed worker's cache owners stay hint sources; 0 drops them at once")
+	f.DurationVar(&o.RunnerProbe, "runner-probe", o.RunnerProbe, "how often the KV cache runner of each --worker given control= is asked for its start epoch: the runner's inventory outlives its engine while it answers with the epoch it had; 0 disables the probe (that inventory is reset with its engine)")
+	f.DurationVar(&o.OwnerTTL, "owner-ttl", o.OwnerTTL, "how long a --worker runner's inventory is kept while the runner does not answer --runner-probe (not a hint source meanwhile)")
 	f.DurationVar(&o.UpstreamIdleTimeout, "upstream-idle-timeout", o.UpstreamIdleTimeout, "reuse a keep-alive connection to an engine only if idle less than this; keep it below the engine's keep-alive (uvicorn: 5s) and any proxy's in front of it (kvrouter_upstream_resends_total rising says it is too long)")
 	f.DurationVar(&o.HealthInterval, "health-interval", o.HealthInterval, "probe each worker's GET /health this often; 0 probes only workers marked down by a refused connection")
 	f.DurationVar(&o.HealthTimeout, "health-timeout", o.HealthTimeout, "a health probe not answered within this fails")

@@ -27,6 +27,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"--hint-bandwidth-gbps", "0"}, []string{"--hint-bandwidth-gbps"}},
 		{[]string{"--temperature", "-1"}, []string{"--temperature"}},
 		{[]string{"--approx-ttl", "0s"}, []string{"--approx-ttl"}},
+		{[]string{"--runner-probe", "-1s"}, []string{"--runner-probe"}},
+		{[]string{"--runner-probe", "2s", "--owner-ttl", "1s"}, []string{"--owner-ttl", "--runner-probe"}},
 		{[]string{"--upstream-idle-timeout", "0s"}, []string{"--upstream-idle-timeout", "keep-alive"}},
 		{[]string{"--tokenizer", "demo", "--chat-template", "/nonexistent/t.tmpl"}, []string{"--chat-template", "chatml"}},
 		{[]string{"--chat-template", "chatml"}, []string{"--chat-template", "--tokenizer PATH"}},
@@ -68,7 +70,7 @@ func TestServeHelp(t *testing.T) {
 	for _, flag := range []string{"listen", "nats", "nats-listen", "discovery-bucket", "lease", "worker", "events-bind", "tokenizer",
 		"tokenize-cache", "chat-template", "tokenizer-config", "tokenizer-check-interval", "temperature", "overlap-credit", "host-credit", "disk-credit",
 		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-margin", "hint-bandwidth-gbps", "hint-setup-ms",
-		"hint-prefill-tokens-per-s", "kv-bytes-per-token", "approx-ttl", "detached-owner-ttl", "engine-metrics-interval",
+		"hint-prefill-tokens-per-s", "kv-bytes-per-token", "approx-ttl", "detached-owner-ttl", "runner-probe", "owner-ttl", "engine-metrics-interval",
 		"allow-target-override", "max-blocks", "replica", "log-level", "body-timeout", "max-body-memory", "admin-listen", "peer-allow",
 		"nats-creds", "nats-nkey", "nats-user", "nats-password-file", "nats-token-file", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"} {
 		if !strings.Contains(out.String(), "--"+flag+" ") {

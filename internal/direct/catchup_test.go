@@ -24,6 +24,12 @@ import (
 // router of its own until the test ends.
 func runFleet(t *testing.T, spec, bind string) *router.Router {
 	t.Helper()
+	return runFleetWith(t, spec, bind, nil)
+}
+
+// runFleetWith is runFleet with the fleet adjusted by tweak.
+func runFleetWith(t *testing.T, spec, bind string, tweak func(*Fleet)) *router.Router {
+	t.Helper()
 	r, err := router.New(router.Config{Weights: cost.DefaultWeights(),
 		Policy: func(int) (hints.Policy, error) { return hints.MinBlocks(1), nil }})
 	if err != nil {
@@ -35,6 +41,9 @@ func runFleet(t *testing.T, spec, bind string) *router.Router {
 	}
 	f := &Fleet{Specs: []WorkerSpec{ws}, EventsBind: bind, Router: r, Client: http.DefaultClient,
 		Metrics: NewMetrics(prometheus.NewRegistry()), Log: quiet(), Now: time.Now}
+	if tweak != nil {
+		tweak(f)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(ctx) }()
@@ -144,7 +153,6 @@ func TestFleetEventsBindCatchesUp(t *testing.T) {
 // the new one's are the inventory.
 func TestFleetSnapshotAfterEngineRestart(t *testing.T) {
 	events, replay, snapshot := freeEndpoint(t), freeEndpoint(t), freeEndpoint(t)
-	bindAll := func(ep string) string { return "tcp://*:" + ep[strings.LastIndexByte(ep, ':')+1:] }
 	var p *kvstream.Publisher
 	start := func(epoch string) {
 		t.Helper()
@@ -186,3 +194,6 @@ func TestFleetSnapshotAfterEngineRestart(t *testing.T) {
 		t.Fatalf("the new process stamped %d batches: its cut was not asked for (no barrier)", st.Published)
 	}
 }
+
+// bindAll is the wildcard endpoint a publisher binds to be dialed at ep.
+func bindAll(ep string) string { return "tcp://*:" + ep[strings.LastIndexByte(ep, ':')+1:] }

@@ -13,8 +13,10 @@ import (
 	"sync"
 	"time"
 
+	kvingest "kvrouter/internal/ingest"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
+	"kvrouter/internal/runnerprobe"
 )
 
 // Fleet brings up the --worker engines: it learns each one's model when
@@ -28,6 +30,14 @@ type Fleet struct {
 	Metrics    *Metrics
 	Log        *slog.Logger
 	Now        func() time.Time
+	// RunnerProbe is how the runners of the workers given control= are
+	// probed (--runner-probe, --owner-ttl; Log is the fleet's): a rank's
+	// cache owner keeps its inventory across an engine restart or
+	// reconnect while its runners answer with the epoch they had, is not a
+	// hint source while one does not answer, and is dropped when one
+	// restarts or stays silent for the TTL. Interval 0 probes none, and an
+	// owner is reset with its engine.
+	RunnerProbe runnerprobe.Config
 
 	mu      sync.Mutex
 	byHost  map[string]*flagWorker // URL host:port → worker, for bind-mode topics
@@ -37,7 +47,7 @@ type Fleet struct {
 type flagWorker struct {
 	spec  WorkerSpec
 	model string  // "" until the worker answered /v1/models
-	in    *ingest // set once its events flow in on --events-bind
+	in    *ingest // set once its events are followed (events=) or flow in on --events-bind
 }
 
 // Run brings the fleet up and follows it until ctx ends.
@@ -48,6 +58,9 @@ func (f *Fleet) Run(ctx context.Context) {
 		fw := &flagWorker{spec: spec}
 		f.byHost[spec.hostPort()] = fw
 		wg.Go(func() { f.bringUp(ctx, fw) })
+		if f.probes(spec) {
+			wg.Go(func() { f.probeRunners(ctx, fw) })
+		}
 	}
 	if f.EventsBind != "" {
 		wg.Go(func() { f.bind(ctx) })
@@ -96,12 +109,39 @@ func (f *Fleet) bringUp(ctx context.Context, fw *flagWorker) {
 		f.Log.Error("worker: no sink", "worker", spec.ID, "err", err)
 		return
 	}
-	in := newEngineIngest(spec, sink, f.Metrics, f.Log, f.Now)
+	in := newEngineIngest(spec, sink, f.Metrics, f.Log, f.Now, f.probes(spec))
+	f.mu.Lock()
+	fw.in = in
+	f.mu.Unlock()
 	var wg sync.WaitGroup
 	for rank := range spec.dp {
 		wg.Go(func() { f.follow(ctx, spec, in, rank) })
 	}
 	wg.Wait()
+}
+
+// probes reports whether spec's runners are probed: probing is on, and
+// the worker's runners are hint sources (control=) whose inventory its
+// events may report.
+func (f *Fleet) probes(spec WorkerSpec) bool {
+	return f.RunnerProbe.Interval > 0 && len(spec.control) > 0 && (spec.events != "" || f.EventsBind != "")
+}
+
+// probeRunners pings every TP rank's runner of each of fw's DP ranks, every
+// --runner-probe, and reports each result to the worker's ingest core once
+// its events are followed; a report before then has nothing to stand for,
+// and the prober repeats an answering runner's epoch at every ping.
+func (f *Fleet) probeRunners(ctx context.Context, fw *flagWorker) {
+	cfg := f.RunnerProbe
+	cfg.Log = f.Log.With("worker", fw.spec.ID)
+	runnerprobe.Run(ctx, cfg, fw.spec.runnerTargets(), func(tg runnerprobe.Target, rep kvingest.Runner) {
+		f.mu.Lock()
+		in := fw.in
+		f.mu.Unlock()
+		if in != nil {
+			in.step(tg.DP, rep)
+		}
+	})
 }
 
 func modeOf(events bool) string {
@@ -246,13 +286,13 @@ func (f *Fleet) bound(topic string) *ingest {
 	if fw == nil || fw.model == "" {
 		return nil
 	}
-	if fw.in != nil {
-		return fw.in
-	}
 	if fw.spec.events != "" {
 		// Followed by dialing already: the same events twice would
 		// only confuse the sequence tracking.
 		return nil
+	}
+	if fw.in != nil {
+		return fw.in
 	}
 	if err := f.Router.Upsert(fw.spec.worker(fw.model, true), f.Now()); err != nil {
 		f.Log.Error("worker: cannot switch to events mode", "worker", fw.spec.ID, "err", err)
@@ -263,7 +303,7 @@ func (f *Fleet) bound(topic string) *ingest {
 		return nil
 	}
 	f.Log.Info("worker: events arrive on --events-bind; leaving approximate mode", "worker", fw.spec.ID, "topic", topic)
-	fw.in = newEngineIngest(fw.spec, sink, f.Metrics, f.Log, f.Now)
+	fw.in = newEngineIngest(fw.spec, sink, f.Metrics, f.Log, f.Now, f.probes(fw.spec))
 	return fw.in
 }
 

@@ -16,9 +16,10 @@ import (
 
 // ingest applies one engine's KV event stream (no state agent) to the
 // router through the ingest core, which decides; the router's sink is its
-// output. A rank catches up at start from its engine's snapshot-v1 cut
-// (SGLang, snapshot=) and replay buffer (replay=); what a rank lost later,
-// it starts over from, and what arrives next is all the router knows.
+// output. A rank catches up from its engine's snapshot-v1 cut (SGLang,
+// snapshot=) and replay buffer (replay=), at start and when the engine
+// comes back (see the package doc); what a rank lost otherwise, it starts
+// over from, and what arrives next is all the router knows.
 type ingest struct {
 	id   string
 	dp   int
@@ -52,10 +53,12 @@ var droppedLabel = [kvingest.NumReasons]string{
 
 // newEngineIngest returns the ingest of spec's events into sink. The
 // worker's sources are not ready until their stream delivers a batch.
-func newEngineIngest(spec WorkerSpec, sink *router.Sink, m *Metrics, log *slog.Logger, now func() time.Time) *ingest {
+// probed says a runner prober reports the ranks' runners (Runner inputs,
+// one per TP rank): their owners then outlive the engine.
+func newEngineIngest(spec WorkerSpec, sink *router.Sink, m *Metrics, log *slog.Logger, now func() time.Time, probed bool) *ingest {
 	in := &ingest{id: spec.ID, dp: spec.dp, tp: max(spec.tp, 1), sink: sink, m: m, log: log, now: now}
 	cfg := kvingest.Config{
-		BlockSize: spec.blockSize, TP: in.tp,
+		BlockSize: spec.blockSize, TP: in.tp, ProbeRunners: probed, Runners: in.tp,
 		// SGLang's stores all name their salt; vLLM's only a prefix's first.
 		InheritSalt: spec.engine != router.EngineSGLang,
 		// The router's index may evict (--max-blocks), so an unknown parent

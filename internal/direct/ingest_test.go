@@ -83,7 +83,7 @@ func newIngestRouter(t *testing.T, keys string) (*ingest, *router.Router) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEngineIngest(spec, sink, NewMetrics(prometheus.NewRegistry()), quiet(), time.Now), r
+	return newEngineIngest(spec, sink, NewMetrics(prometheus.NewRegistry()), quiet(), time.Now, false), r
 }
 
 func (in *ingest) send(t *testing.T, evs ...kvevents.Event) {

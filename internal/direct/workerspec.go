@@ -13,6 +13,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
+	"kvrouter/internal/runnerprobe"
 	"kvrouter/internal/workerconfig"
 )
 
@@ -210,6 +211,21 @@ func (s *WorkerSpec) perRankControl() error {
 		s.control = append(s.control, "tcp://"+net.JoinHostPort(u.Hostname(), strconv.Itoa(p)))
 	}
 	return nil
+}
+
+// runnerTargets lists every TP rank's runner of every DP rank: control=
+// names each rank's TP rank 0, and TP rank t of a rank binds that port + t
+// (the attention rank port rule perRankControl follows too).
+func (s WorkerSpec) runnerTargets() []runnerprobe.Target {
+	var out []runnerprobe.Target
+	for d, ep := range s.control {
+		u, _ := url.Parse(ep) // checked by checkControl
+		port, _ := strconv.Atoi(u.Port())
+		for t := range max(s.tp, 1) {
+			out = append(out, runnerprobe.Target{DP: d, TP: t, Endpoint: "tcp://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(port+t))})
+		}
+	}
+	return out
 }
 
 // CheckSpecs checks what one --worker cannot tell alone: replay= without

@@ -31,6 +31,7 @@ import (
 	"kvrouter/internal/hints"
 	"kvrouter/internal/loadshare"
 	"kvrouter/internal/router"
+	"kvrouter/internal/runnerprobe"
 	"kvrouter/internal/tokcheck"
 	"kvrouter/internal/upstream"
 )
@@ -127,6 +128,9 @@ type Options struct {
 	// RetryReset sends a request whose connection to a worker broke before
 	// any byte of the answer to another worker, once.
 	RetryReset bool
+	// RunnerProbe and OwnerTTL probe the runners of --worker engines given
+	// control=, as the agent's flags of the same names do (runnerprobe).
+	RunnerProbe, OwnerTTL time.Duration
 	// PD configures disaggregated serving (--pd-*).
 	PD router.PDConfig
 	// BodyTimeout bounds the time a client takes to send a request body;
@@ -170,11 +174,17 @@ func Defaults() Options {
 		Weights:    cost.DefaultWeights(),
 		HintPolicy: policyCost, HintMinBlocks: 1, HintMargin: 0.1,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
+		RunnerProbe: runnerprobe.DefaultInterval, OwnerTTL: runnerprobe.DefaultTTL,
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
 		BodyTimeout: frontdoor.DefaultBodyTimeout, MaxBodyMemory: frontdoor.DefaultMaxBodyMemory, PD: router.DefaultPD(),
 		PeerEvery: 2 * time.Second, PeerTimeout: 10 * time.Second, Tick: time.Second, SizeEvery: 10 * time.Second,
 		ContextEvery: contextlen.DefaultEvery,
 	}
+}
+
+// runnerProbe is how --worker engines' runners are probed.
+func (o *Options) runnerProbe() runnerprobe.Config {
+	return runnerprobe.Config{Interval: o.RunnerProbe, TTL: o.OwnerTTL}
 }
 
 // hintPolicy returns the hint policy factory the options describe, and the
@@ -231,6 +241,9 @@ func (o *Options) check() error {
 	}
 	if o.DetachedOwnerTTL < 0 {
 		return fmt.Errorf("%w: --detached-owner-ttl %v must not be negative", errOptions, o.DetachedOwnerTTL)
+	}
+	if err := o.runnerProbe().Check(); err != nil {
+		return fmt.Errorf("%w: %w", errOptions, err)
 	}
 	if o.HealthInterval < 0 {
 		return fmt.Errorf("%w: --health-interval %v must not be negative", errOptions, o.HealthInterval)
@@ -499,7 +512,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	disc := &follow.Discovery{Registry: registry, Router: r, NC: svc.Bus.Conn, Metrics: follow.NewMetrics(reg), Log: o.Log, Now: o.Now,
 		PeerAllow: peerAllow}
 	run(func() { disc.Run(ctx) })
-	fleet := &direct.Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: direct.NewMetrics(reg), Log: o.Log, Now: o.Now}
+	fleet := &direct.Fleet{Specs: o.Workers, EventsBind: o.EventsBind, Router: r, Client: client, Metrics: direct.NewMetrics(reg), Log: o.Log, Now: o.Now,
+		RunnerProbe: o.runnerProbe()}
 	run(func() { fleet.Run(ctx) })
 	run(func() {
 		if err := peers.Run(ctx); err != nil {
