@@ -2,6 +2,7 @@ package direct
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -137,6 +138,33 @@ func TestWorkerSpecWorker(t *testing.T) {
 	for r, want := range []string{"tcp://h:25000", "tcp://h:25001"} {
 		if m := w.Capability.Meta(r); !m.CanConsume || m.Endpoint != want {
 			t.Fatalf("rank %d: meta %+v, want endpoint %s", r, m, want)
+		}
+	}
+}
+
+// The runner prober asks every TP rank's runner of every DP rank: control=
+// names each rank's TP rank 0, TP rank t binds its port + t.
+func TestWorkerSpecRunnerTargets(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want string
+	}{
+		{"url=http://h:1,type=aggregated", ""},
+		{"url=http://h:1,dp=2,type=aggregated,control=tcp://h:25000", "0/0 tcp://h:25000 1/0 tcp://h:25001"},
+		{"url=http://h:1,dp=2,tp=2,engine=sglang,type=aggregated,control=tcp://h:25000",
+			"0/0 tcp://h:25000 0/1 tcp://h:25001 1/0 tcp://h:25002 1/1 tcp://h:25003"},
+		{"url=http://h:1,dp=2,type=decode,control=tcp://a:7;tcp://b:9", "0/0 tcp://a:7 1/0 tcp://b:9"},
+	} {
+		s, err := ParseWorkerSpec(tc.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, tg := range s.runnerTargets() {
+			got = append(got, fmt.Sprintf("%d/%d %s", tg.DP, tg.TP, tg.Endpoint))
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%s: %q, want %q", tc.spec, g, tc.want)
 		}
 	}
 }
