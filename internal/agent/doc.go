@@ -38,8 +38,9 @@
 //
 // # Cache owners and their runners
 //
-// A cache owner's inventory is its runners': the runner prober pings each
-// runner's control endpoint every --runner-probe for its start epoch. An
+// A cache owner's inventory is its runners': the runner prober
+// (runnerprobe, shared with serve's --worker runners) pings each runner's
+// control endpoint every --runner-probe for its start epoch. An
 // engine restart, reconnect or outage leaves the owner's inventory in
 // place, detached until every runner has answered again; a runner with a
 // new epoch, or one silent for --owner-ttl, has it dropped. Without the
@@ -49,7 +50,11 @@
 //
 // At start each rank catches up on its engine's history before any live
 // batch: the engine's snapshot-v1 cut where it offers one, then its
-// replay buffer from seq 0. On a clean stop the agent stops reading its
+// replay buffer from seq 0. An engine with a cut that comes back (its
+// stream reconnected or restarted: maybe a new process) is caught up on
+// that way again, its new cut first (kvstream.Follow); any other is asked
+// at a reconnect for what it published while the connection was down,
+// which an idle engine's stream would never reveal. On a clean stop the agent stops reading its
 // engines, announces gone every worker rank and every owner that is not
 // ready, flushes NATS and only then deregisters, so a router that reads
 // the deregistration has been sent the rest (docs/wire.md §9.6). A lost NATS connection is
