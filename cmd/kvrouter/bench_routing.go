@@ -30,6 +30,7 @@ func newBenchRoutingCmd() *cobra.Command {
 		rate                    float64
 		seed                    uint64
 		pd                      bool
+		custom                  []string
 		pdFlavor                string
 		pdThreshold             int
 	)
@@ -68,6 +69,13 @@ the medians over the repeats, the table shows the range of TTFT p90 and of
 recomputed tokens, and a comparison whose repeats spread wider than the
 medians differ is called not conclusive. --json adds "runs" (each repeat's own
 figures) and "comparisons".
+
+More configurations. --policy NAME=FLAGS adds one, run after the chosen
+--policies in every repeat and reported beside them: its router service
+flags (the cost weights --overlap-credit, --prefill-load-scale,
+--request-weight, --temperature, ...; serve's defaults for the rest, which
+hint with the cost policy). A sweep of kv's weights is how a gain of
+kv_hints is shown to be the hint's and not a weak baseline's.
 
 The fixed cost of a pull. On a real fleet a pull pays a fixed cost before its
 first byte moves: the transfer engine's setup (memory registration, connection
@@ -117,6 +125,8 @@ not run). --pull-setup-ms applies to the prefill-to-decode hand-over too.
   kvrouter bench routing --quick
   kvrouter bench routing --workload mooncake --trace mooncake.jsonl --json
   kvrouter bench routing --policies kv,kv_hints --plot /tmp/ttft.svg
+  kvrouter bench routing --policies kv,kv_hints --repeats 3 \
+      --policy 'kv_pls2=--hint-policy off --prefill-load-scale 2'
   kvrouter bench routing --pd --quick --engines 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -138,6 +148,13 @@ not run). --pull-setup-ms applies to the prefill-to-decode hand-over too.
 			o.Agentic.UserTokens, o.Agentic.OutputTokens = userTokens, outTokens
 			o.Out, o.Err = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.TTY = isTerminal(os.Stderr)
+			for _, c := range custom {
+				p, err := policybench.ParsePolicy(c)
+				if err != nil {
+					return err
+				}
+				o.Custom = append(o.Custom, p)
+			}
 			if pd {
 				_, err := policybench.RunPD(ctx, policybench.PDOptions{Options: o, Flavor: pdFlavor, LocalPrefillTokens: pdThreshold})
 				return err
@@ -151,6 +168,7 @@ not run). --pull-setup-ms applies to the prefill-to-decode hand-over too.
 	f.StringVar(&o.Trace, "trace", "", "Mooncake JSONL trace for --workload mooncake; empty replays the embedded small trace")
 	f.BoolVar(&o.Quick, "quick", false, "scaled-down presets that finish in under a minute")
 	f.StringSliceVar(&o.Policies, "policies", nil, "comma-separated policies to run (default all: round_robin,random,least_loaded,kv,kv_hints)")
+	f.StringArrayVar(&custom, "policy", nil, "run one more configuration, NAME=FLAGS: its name and router service flags, e.g. 'kv_pls2=--routing kv --hint-policy off --prefill-load-scale 2' (repeatable; a sweep of the cost weights)")
 	f.BoolVar(&o.JSON, "json", false, "print the report as JSON on stdout (the table then goes to stderr)")
 	f.StringVar(&o.Plot, "plot", "bench-routing-ttft.svg", "write the TTFT CDF per policy as SVG to this file (relative to the current directory); empty writes none")
 	f.IntVar(&o.Engines, "engines", full.Engines, "simulated engines, each with its runner and state agent")

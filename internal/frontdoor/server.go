@@ -130,6 +130,9 @@ type errorBody struct {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
+	if e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
 	WriteJSON(w, e.status, map[string]errorBody{"error": {Message: e.message, Type: e.kind, Code: e.status}})
 }
 
@@ -259,7 +262,7 @@ func (s *Server) prepare(r *http.Request, body []byte, kind Kind, bf *bufs) (*pr
 	case err != nil && unserved != nil:
 		// An engine tokenizer had no worker to ask: the request is for a
 		// model nobody serves, which is what its client must hear.
-		return nil, &apiError{http.StatusNotFound, "not_found_error", unserved.Error(), outcomeNoWorker}
+		return nil, modelError(unserved)
 	case err != nil:
 		// Route on load alone rather than fail a request the engine
 		// would serve.
@@ -290,12 +293,23 @@ func (p *prepared) request(exclude []string, explain bool) router.Request {
 		Exclude: exclude, Target: p.forced, Explain: explain}
 }
 
+// modelError is the client's error for a model no worker serves: 404, or
+// 503 while a router that just started has not read the registrations yet
+// (the model may well be served; writeError adds Retry-After).
+func modelError(err error) *apiError {
+	var me *router.ModelError
+	if errors.As(err, &me) && me.Pending {
+		return &apiError{http.StatusServiceUnavailable, "service_unavailable", err.Error(), outcomeNoWorker}
+	}
+	return &apiError{http.StatusNotFound, "not_found_error", err.Error(), outcomeNoWorker}
+}
+
 // decisionError is the client's error for a decision that failed.
 func (s *Server) decisionError(p *prepared, err error) *apiError {
 	var me *router.ModelError
 	switch {
 	case errors.As(err, &me):
-		return &apiError{http.StatusNotFound, "not_found_error", me.Error(), outcomeNoWorker}
+		return modelError(me)
 	case errors.Is(err, router.ErrNoWorker) && p.forced != "":
 		return &apiError{http.StatusNotFound, "not_found_error", err.Error(), outcomeNoWorker}
 	case err != nil:

@@ -209,6 +209,9 @@ func (c *Core) apply(r *rank, steps []step) {
 		runSrc = s
 		run = append(run, op)
 	}
+	if r.suspended != nil {
+		r.suspended.record(steps, r.Owner)
+	}
 	for _, st := range steps {
 		if st.to != toShard && st.op.Kind == index.OpRemove && r.HasOwner {
 			c.rememberGone(r, st.src, st.op.Hashes)

@@ -123,6 +123,10 @@ type rank struct {
 	// while each has answered the prober, with the epoch first seen,
 	// since the last engine-level signal.
 	runners []runnerState // by TP rank
+	// suspended holds the owner's steps applied since the last
+	// engine-level signal suspended it, until every runner answered again
+	// (see suspension).
+	suspended *suspension
 
 	// cut is a pending engine snapshot, applied once the stream reaches
 	// its resume seq; resumed is that seq while a batch below it can
@@ -298,6 +302,9 @@ func (c *Core) engineReset(r *rank, reason Reason) {
 		r.runners[i].up = false
 	}
 	c.resetSome(r, reason, true, false)
+	if r.suspended == nil {
+		r.suspended = &suspension{}
+	}
 }
 
 // runner takes a prober report of one of the rank's runners.
@@ -312,8 +319,12 @@ func (c *Core) runner(r *rank, in Runner) {
 			// A new runner process holds none of what its owner had.
 			c.log.Info("ingest: runner restarted, rebuilding its cache owner's inventory", "dp_rank", r.DP, "tp_rank", in.TP)
 			c.resetSome(r, ResetRunnerRestart, false, true)
+			c.resume(r)
 		}
 		*rs = runnerState{known: true, up: true, epoch: in.Epoch}
+		if r.suspended != nil && !slices.ContainsFunc(r.runners, func(rs runnerState) bool { return !rs.up }) {
+			r.suspended = nil // vouched for: what it applied stands
+		}
 	case RunnerDown:
 		rs.up = false
 	case RunnerExpired:
@@ -322,6 +333,7 @@ func (c *Core) runner(r *rank, in Runner) {
 		}
 		c.log.Info("ingest: runner unreachable past the owner TTL, dropping its cache owner's inventory", "dp_rank", r.DP, "tp_rank", in.TP)
 		c.resetSome(r, ResetRunnerExpired, false, true)
+		r.suspended = nil
 		// Whatever answers next starts a new life of the owner.
 		rs.known = false
 	}

@@ -89,6 +89,10 @@ type Options struct {
 
 	// Policies are names from Policies; empty runs them all.
 	Policies []string
+	// Custom are more configurations to run after the chosen Policies,
+	// each a name and its own router flags (ParsePolicy): a sweep of the
+	// cost weights, for one.
+	Custom []Policy
 
 	// LogDir keeps every process's log; empty uses a temporary directory,
 	// removed after a clean run.
@@ -287,11 +291,9 @@ func (o *Options) check() error {
 	return err
 }
 
-// policies resolves Options.Policies, in the canonical order.
+// policies resolves Options.Policies, in the canonical order, and
+// Options.Custom after them.
 func (o *Options) policies() ([]Policy, error) {
-	if len(o.Policies) == 0 {
-		return Policies, nil
-	}
 	var names []string
 	for _, p := range Policies {
 		names = append(names, p.Name)
@@ -303,9 +305,53 @@ func (o *Options) policies() ([]Policy, error) {
 	}
 	var out []Policy
 	for _, p := range Policies {
-		if slices.Contains(o.Policies, p.Name) {
+		if len(o.Policies) == 0 || slices.Contains(o.Policies, p.Name) {
 			out = append(out, p)
 		}
 	}
+	for _, c := range o.Custom {
+		if slices.ContainsFunc(out, func(p Policy) bool { return p.Name == c.Name }) || slices.Contains(names, c.Name) {
+			return nil, fmt.Errorf("%w: --policy %s: the name is taken; give each its own", ErrOptions, c.Name)
+		}
+		out = append(out, c)
+	}
 	return out, nil
+}
+
+// ParsePolicy reads a --policy value, NAME=FLAGS: a name of letters,
+// digits, '_', '.' and '-', and the router service's flags of that
+// configuration, split at spaces, e.g.
+// "kv_pls2=--routing kv --hint-policy off --prefill-load-scale 2". Flags
+// it leaves out take serve's defaults (--routing kv --hint-policy cost).
+func ParsePolicy(s string) (Policy, error) {
+	name, flags, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return Policy{}, fmt.Errorf("%w: --policy %q: want NAME=FLAGS, e.g. kv_pls2=--routing kv --hint-policy off --prefill-load-scale 2", ErrOptions, s)
+	}
+	if i := strings.IndexFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-')
+	}); i >= 0 {
+		return Policy{}, fmt.Errorf("%w: --policy %q: the name may hold letters, digits, '_', '.' and '-' only", ErrOptions, s)
+	}
+	f := strings.Fields(flags)
+	if len(f) == 0 || !strings.HasPrefix(f[0], "-") {
+		return Policy{}, fmt.Errorf("%w: --policy %q: want the router service's flags after '=', e.g. --prefill-load-scale 2", ErrOptions, s)
+	}
+	for _, x := range f {
+		if reserved(x) {
+			return Policy{}, fmt.Errorf("%w: --policy %q: %s is the benchmark's to set", ErrOptions, s, x)
+		}
+	}
+	return Policy{Name: name, Flags: f}, nil
+}
+
+// reserved says whether a router flag is one the benchmark sets for every
+// policy alike (where to listen, the cluster, the tokenizer).
+func reserved(flag string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(flag, "-"), "=")
+	switch name {
+	case "listen", "admin-listen", "nats", "tokenizer", "replica", "log-level":
+		return strings.HasPrefix(flag, "-")
+	}
+	return false
 }

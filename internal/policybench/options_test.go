@@ -2,6 +2,7 @@ package policybench
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +71,56 @@ func TestFillTakesThePreset(t *testing.T) {
 	if o.Speedup != q.Speedup || o.Agentic.Turns != q.Agentic.Turns || o.MaxRequests != q.MaxRequests ||
 		o.GPUBlocks != q.GPUBlocks || o.Agentic.Vocab != demoVocab {
 		t.Fatalf("quick preset not taken: %+v", o)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	tests := []struct {
+		in    string
+		want  Policy
+		error string
+	}{
+		{in: "kv_pls2=--routing kv --hint-policy off --prefill-load-scale 2",
+			want: Policy{Name: "kv_pls2", Flags: []string{"--routing", "kv", "--hint-policy", "off", "--prefill-load-scale", "2"}}},
+		{in: "kv-oc0.5=--overlap-credit=0.5", want: Policy{Name: "kv-oc0.5", Flags: []string{"--overlap-credit=0.5"}}},
+		{in: "--prefill-load-scale 2", error: "NAME=FLAGS"},
+		{in: "=--request-weight 1", error: "NAME=FLAGS"},
+		{in: "a b=--request-weight 1", error: "letters, digits"},
+		{in: "x=", error: "router service's flags"},
+		{in: "x=kv", error: "router service's flags"},
+		{in: "x=--listen :9000", error: "--listen is the benchmark's"},
+		{in: "x=--nats=nats://h:4222", error: "--nats=nats://h:4222 is the benchmark's"},
+	}
+	for _, tc := range tests {
+		got, err := ParsePolicy(tc.in)
+		switch {
+		case tc.error != "":
+			if err == nil || !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), tc.error) {
+				t.Errorf("%q: err %v, want one saying %q", tc.in, err, tc.error)
+			}
+		case err != nil || got.Name != tc.want.Name || !slices.Equal(got.Flags, tc.want.Flags):
+			t.Errorf("%q: %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestCustomPolicies(t *testing.T) {
+	o := Options{Policies: []string{"kv_hints", "kv"}, Custom: []Policy{{Name: "kv_pls2", Flags: []string{"--prefill-load-scale", "2"}}}}
+	got, err := o.policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Name)
+	}
+	if want := []string{"kv", "kv_hints", "kv_pls2"}; !slices.Equal(names, want) {
+		t.Fatalf("policies %v, want %v", names, want)
+	}
+	for _, taken := range []string{"random", "kv_pls2"} {
+		o := Options{Custom: []Policy{{Name: "kv_pls2", Flags: []string{"-x"}}, {Name: taken, Flags: []string{"-y"}}}}
+		if _, err := o.policies(); err == nil || !strings.Contains(err.Error(), "taken") {
+			t.Errorf("a second %s: %v", taken, err)
+		}
 	}
 }

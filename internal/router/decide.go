@@ -102,12 +102,19 @@ type Decision struct {
 type ModelError struct {
 	Model  string
 	Served []string
+	// Pending is set while the router has not yet read the workers'
+	// registrations once (a router that just started): the model may be
+	// served, and the client should retry rather than give up.
+	Pending bool
 }
 
 func (e *ModelError) Error() string {
 	served := "none"
 	if len(e.Served) > 0 {
 		served = strings.Join(e.Served, ", ")
+	}
+	if e.Pending {
+		return fmt.Sprintf("model %q is not known yet: the router has not yet read the workers' registrations (discovery starting; served so far: %s); retry", e.Model, served)
 	}
 	return fmt.Sprintf("model %q is not served by any worker (served: %s)", e.Model, served)
 }
@@ -180,7 +187,7 @@ func (r *Router) Decide(req Request) (*Decision, error) {
 	defer r.mu.RUnlock()
 	model, lora, only, ok := r.resolve(req.Model, req.LoRA)
 	if !ok {
-		return nil, &ModelError{Model: req.Model, Served: r.servedLocked()}
+		return nil, r.modelErrorLocked(req.Model)
 	}
 	ents := r.models[model]
 	req.only = only

@@ -70,6 +70,8 @@ type Router struct {
 	owners   map[string]*owner
 	policies map[int]hints.Policy
 	live     bool // the discovery watch is in step
+	awaiting bool // the discovery watch was never in step yet
+	wasLive  bool // the discovery watch was in step once
 	engine   map[cost.Rank]EngineLoad
 	sizes    map[index.Source]Blocks
 	gen      uint64
@@ -355,6 +357,8 @@ func (r *Router) Expire(now time.Time) {
 func (r *Router) SetDiscoveryLive(live bool) {
 	r.mu.Lock()
 	r.live = live
+	r.wasLive = r.wasLive || live
+	r.awaiting = !r.wasLive
 	r.mu.Unlock()
 }
 
@@ -441,7 +445,11 @@ func (r *Router) CheckModel(model string) error {
 	if _, _, _, ok := r.resolve(model, ""); ok { // a model, or an adapter (Resolve)
 		return nil
 	}
-	return &ModelError{Model: model, Served: r.servedLocked()}
+	return r.modelErrorLocked(model)
+}
+
+func (r *Router) modelErrorLocked(model string) *ModelError {
+	return &ModelError{Model: model, Served: r.servedLocked(), Pending: r.awaiting}
 }
 
 // Models returns the served models, sorted.

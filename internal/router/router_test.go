@@ -254,6 +254,46 @@ func TestUnknownModel(t *testing.T) {
 	}
 }
 
+// TestUnknownModelPendingDiscovery: a router whose discovery watch was
+// never in step cannot tell an unknown model from one whose workers it has
+// not read yet; once in step, losing the watch again does not make every
+// unknown model pending.
+func TestUnknownModelPendingDiscovery(t *testing.T) {
+	r := newRouter(t, nil)
+	pending := func() bool {
+		var me *ModelError
+		if err := r.CheckModel("nope"); !errors.As(err, &me) {
+			t.Fatalf("CheckModel = %v", err)
+		}
+		_, err := r.Decide(Request{Model: "nope", Tokens: tokens(1, 1)})
+		var de *ModelError
+		if !errors.As(err, &de) || de.Pending != me.Pending {
+			t.Fatalf("Decide = %v, CheckModel pending %v", err, me.Pending)
+		}
+		return me.Pending
+	}
+	steps := []struct {
+		live    *bool
+		pending bool
+	}{
+		{nil, false}, // no discovery at all: a plain unknown model
+		{ptr(false), true},
+		{ptr(false), true},
+		{ptr(true), false},
+		{ptr(false), false},
+	}
+	for i, s := range steps {
+		if s.live != nil {
+			r.SetDiscoveryLive(*s.live)
+		}
+		if got := pending(); got != s.pending {
+			t.Fatalf("step %d: pending = %v, want %v", i, got, s.pending)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
 // TestTieBreakIsContentSeeded: two routers with the same view break ties
 // the same way for identical requests, yet spread different requests.
 func TestTieBreakIsContentSeeded(t *testing.T) {
