@@ -86,12 +86,19 @@ func (p *proc) stop(grace time.Duration) error {
 	case <-p.done:
 	case <-t.C:
 		p.killed = true
+		// A Go process prints every goroutine's stack on SIGQUIT: the
+		// log then shows what it was waiting for.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(time.Second):
+		}
 		killGroup(p.cmd.Process, syscall.SIGKILL)
 		<-p.done
 	}
 	killGroup(p.cmd.Process, syscall.SIGKILL)
 	if p.killed {
-		return fmt.Errorf("cluster: %s did not stop within %v of SIGTERM and was killed; log %s", p.name, grace, p.logPath)
+		return fmt.Errorf("cluster: %s did not stop within %v of SIGTERM and was killed (its goroutines are in the log); log %s", p.name, grace, p.logPath)
 	}
 	if p.waitErr != nil {
 		return p.failure("stopped with an error")
