@@ -97,6 +97,9 @@ type Options struct {
 	// HintMargin is the share of the recompute a pull must save to be
 	// hinted (cost policy).
 	HintMargin float64
+	// PeerCredit prices a possible hint into the choice of target
+	// (router.Config.PeerCredit; cost policy).
+	PeerCredit bool
 	// The cost policy learns a pull's setup and rate per (source, target)
 	// and each target's recompute rate from what engines report, starting
 	// from hints.DefaultPrior. A figure set here is fixed instead: 0 learns
@@ -172,7 +175,7 @@ func Defaults() Options {
 		Listen: ":8080", AdminListen: DefaultAdminListen, NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: frontdoor.TokenizerEngine, TokenizeCache: 4096, TokenizerCheck: tokcheck.Default,
 		Weights:    cost.DefaultWeights(),
-		HintPolicy: policyCost, HintMinBlocks: 1, HintMargin: 0.1,
+		HintPolicy: policyCost, HintMinBlocks: 1, HintMargin: 0.1, PeerCredit: true,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		RunnerProbe: runnerprobe.DefaultInterval, OwnerTTL: runnerprobe.DefaultTTL,
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
@@ -397,7 +400,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		}
 	}
 	r, err := router.New(router.Config{Weights: o.Weights, Temperature: o.Temperature, Policy: policy,
-		Routing: routing, NoHints: o.HintPolicy == policyOff,
+		Routing: routing, NoHints: o.HintPolicy == policyOff, PeerCredit: o.PeerCredit,
 		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks,
 		MaxIndexBytes: o.MaxIndexBytes,
 		Health:        router.HealthConfig{Interval: o.HealthInterval, DownAfter: o.HealthDownAfter}})
