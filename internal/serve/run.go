@@ -175,7 +175,7 @@ func Defaults() Options {
 		Listen: ":8080", AdminListen: DefaultAdminListen, NATSListen: "127.0.0.1:0", Lease: 10 * time.Second, Bucket: discovery.DefaultBucket,
 		Tokenizer: frontdoor.TokenizerEngine, TokenizeCache: 4096, TokenizerCheck: tokcheck.Default,
 		Weights:    cost.DefaultWeights(),
-		HintPolicy: policyCost, HintMinBlocks: 1, HintMargin: 0.1, PeerCredit: true,
+		HintPolicy: policyCost, HintMinBlocks: 1, HintMargin: 0.1,
 		ApproxTTL: 120 * time.Second, DetachedOwnerTTL: 60 * time.Second, UpstreamIdleTimeout: upstream.DefaultIdleTimeout,
 		RunnerProbe: runnerprobe.DefaultInterval, OwnerTTL: runnerprobe.DefaultTTL,
 		HealthInterval: 2 * time.Second, HealthTimeout: time.Second, HealthDownAfter: 2, RetryReset: true,
