@@ -197,6 +197,8 @@ func (s *Server) sendLeg(w http.ResponseWriter, r *http.Request, p *prepared, d 
 	}
 	s.Load.Start(loadID, cost.Rank{Worker: t.Worker.ID, DP: t.Rank}, prefill, float64(d.Blocks))
 	defer s.Load.Finish(loadID)
+	s.Router.StartPull(loadID, d)
+	defer s.Router.EndPull(loadID)
 	// In approximate mode the prompt's blocks are assumed cached from now
 	// on, not from the response: a non-streamed one arrives only when the
 	// generation ends, and requests sharing the prefix come meanwhile.
@@ -255,7 +257,7 @@ func (s *Server) sendLeg(w http.ResponseWriter, r *http.Request, p *prepared, d 
 		w.WriteHeader(resp.StatusCode)
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { first = s.Now(); s.Load.Prefilled(loadID) }, report)
+		err = relaySSE(w, resp.Body, p.req.Stream && !p.req.IncludeUsage, start, func() { first = s.Now(); s.Load.Prefilled(loadID); s.Router.EndPull(loadID) }, report)
 	} else {
 		var b []byte
 		b, err = readAll(nil, io.LimitReader(resp.Body, int64(maxResponse)+1), resp.ContentLength, int64(maxResponse), nil)

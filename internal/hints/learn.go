@@ -568,7 +568,10 @@ func (p *Learned) Consider(pl Pull) Estimate {
 	e.ExtraTokens = pl.ExtraBlocks * p.BlockSize
 	e.Bytes = float64(e.ExtraTokens) * pe.BytesPerToken
 	recompute := float64(e.ExtraTokens) * re.SecondsPerToken
-	pull := pe.Time(e.ExtraTokens).Seconds() + min(max(pe.ShortShare, 0), 1)*recompute
+	// Pulls in flight from the same source share its transfer: this one
+	// ends once their blocks and its own have moved.
+	moved := e.ExtraTokens + max(pl.QueuedBlocks, 0)*p.BlockSize
+	pull := pe.Time(moved).Seconds() + min(max(pe.ShortShare, 0), 1)*recompute
 	e.Pull, e.Recompute = seconds(pull), seconds(recompute)
 	e.Worth = pull < (1-p.Margin)*recompute
 	return e

@@ -22,6 +22,10 @@ type Pull struct {
 	// ExtraBlocks is how many blocks the target would gain beyond its own
 	// cached prefix; blocks it already holds are not pulled.
 	ExtraBlocks int
+	// QueuedBlocks are the blocks of pulls from Source that the router
+	// hinted and that have not finished: this pull shares the source's
+	// transfer with them.
+	QueuedBlocks int
 }
 
 // Estimate is a policy's verdict with the numbers behind it, kept for

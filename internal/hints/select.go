@@ -56,6 +56,9 @@ type Request struct {
 	Candidates []Candidate
 	// Meta looks a source up; false means unknown, which is never a source.
 	Meta func(index.Source) (Meta, bool)
+	// Queued, if set, says how many blocks of hinted pulls from a source
+	// are still in flight (Pull.QueuedBlocks).
+	Queued func(index.Source) int
 }
 
 // Reason says why Select produced a hint or not; its String is a metric
@@ -194,7 +197,11 @@ func Select(req Request, policy Policy) (Hint, Decision) {
 		d.Reason = ReasonChainMismatch
 		return Hint{}, d
 	}
-	d.Estimate = policy.Consider(Pull{Source: win.src, Target: req.Target, ExtraBlocks: win.reach - beat})
+	pl := Pull{Source: win.src, Target: req.Target, ExtraBlocks: win.reach - beat}
+	if req.Queued != nil {
+		pl.QueuedBlocks = req.Queued(win.src)
+	}
+	d.Estimate = policy.Consider(pl)
 	if !d.Estimate.Worth {
 		d.Reason = ReasonNotWorthPulling
 		return Hint{}, d

@@ -440,6 +440,7 @@ func (r *Router) hint(g *group, t Target) (hints.Hint, hints.Decision) {
 	req := hints.Request{
 		Target: tsrc,
 		Meta:   r.meta,
+		Queued: r.pulls.of,
 	}
 	req.TargetMeta, _ = r.meta(req.Target)
 	if t.Worker.Mode == ModeApproximate {

@@ -56,7 +56,7 @@ func (r *Router) peerLineOf(g *group) peerLine {
 		if meta, ok := r.meta(src); !ok || !meta.Ready || !g.ix.SaltKnown(src) {
 			continue
 		}
-		return lineOf(pol.Consider(hints.Pull{Source: src, ExtraBlocks: depth}), depth)
+		return lineOf(pol.Consider(hints.Pull{Source: src, ExtraBlocks: depth, QueuedBlocks: r.pulls.of(src)}), depth)
 	}
 	return peerLine{}
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,5 +92,40 @@ func TestPeerCreditNeedsAReadySource(t *testing.T) {
 				t.Fatalf("credited %v: %+v", d.Chosen.PeerCredit, d.Chosen)
 			}
 		})
+	}
+}
+
+// TestPullsInFlightShareTheSource: each hinted pull in flight from a
+// source lengthens the next one's estimate, until recomputing is cheaper;
+// as they end, hints come back. With peerPriced's prior a block costs 4 µs
+// to pull and 40 µs to recompute, so with the 10% margin 40 blocks are
+// worth pulling behind at most 320 queued ones: eight pulls.
+func TestPullsInFlightShareTheSource(t *testing.T) {
+	prompt := tokens(3, 40)
+	r := newRouter(t, peerPriced(t, 0))
+	f := newFleet(t, r, agg("a", 1), agg("c", 1))
+	f.store("a", index.CacheOwner("owner-a-0"), storeOp(prompt, "", kvevents.TierExternal))
+	req := Request{Model: "m", Tokens: prompt, Target: "c"}
+	var ids []string
+	for i := range 9 {
+		d := decide(t, r, req)
+		if want := i < 8; d.HintDecision.Hinted() != want {
+			t.Fatalf("with %d pulls in flight: %s (queued %d blocks), want hinted %v", i, d.HintDecision.Reason, r.pulls.of(d.HintDecision.Source), want)
+		}
+		id := fmt.Sprint("req", i)
+		r.StartPull(id, d)
+		r.StartPull(id, d) // counted once
+		ids = append(ids, id)
+	}
+	r.EndPull(ids[0])
+	r.EndPull(ids[0])
+	if d := decide(t, r, req); !d.HintDecision.Hinted() {
+		t.Fatalf("a pull ended: %s", d.HintDecision.Reason)
+	}
+	for _, id := range ids {
+		r.EndPull(id)
+	}
+	if n := r.pulls.of(index.CacheOwner("owner-a-0")); n != 0 {
+		t.Fatalf("%d blocks still counted", n)
 	}
 }

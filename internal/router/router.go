@@ -76,6 +76,7 @@ type Router struct {
 	owners   map[string]*owner
 	policies map[int]hints.Policy
 	live     bool // the discovery watch is in step
+	pulls    pulls
 	awaiting bool // the discovery watch was never in step yet
 	wasLive  bool // the discovery watch was in step once
 	engine   map[cost.Rank]EngineLoad
