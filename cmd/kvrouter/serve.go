@@ -241,7 +241,6 @@ when --allow-target-override is set; a forced worker is tried even when down.`,
 	f.StringVar(&o.Routing, "routing", "kv", "how the target is chosen: kv (lowest cache-aware cost), or the baselines round-robin, random, least-loaded")
 	f.StringVar(&o.HintPolicy, "hint-policy", o.HintPolicy, "when a longer peer prefix is worth a hint: cost (predicted pull time vs recompute time, learned from what engines report), min-blocks, or off (never hint)")
 	f.IntVar(&o.HintMinBlocks, "hint-min-blocks", o.HintMinBlocks, "min-blocks policy: hint when the peer adds at least this many blocks")
-	f.BoolVar(&o.PeerCredit, "peer-credit", o.PeerCredit, "cost policy: choose the target knowing a hint can bring it a peer's prefix: a rank lacking blocks a ready peer holds is credited with the recompute the predicted pull saves (off: the choice ignores peers, and the hint follows it; docs/benchmarks.md has both measured)")
 	f.Float64Var(&o.HintMargin, "hint-margin", o.HintMargin, "cost policy: hint when the predicted pull costs at most (1 - margin) of the predicted recompute")
 	f.Float64Var(&o.HintBandwidthGbps, "hint-bandwidth-gbps", 0, "cost policy: fix the peer-to-peer transfer rate, Gbit/s, instead of learning it (prior: 100)")
 	f.Float64Var(&setupMS, "hint-setup-ms", 0, "cost policy: fix the pull's setup cost, milliseconds, instead of learning it (prior: 2)")

@@ -69,7 +69,7 @@ func TestServeHelp(t *testing.T) {
 	}
 	for _, flag := range []string{"listen", "nats", "nats-listen", "discovery-bucket", "lease", "worker", "events-bind", "tokenizer",
 		"tokenize-cache", "chat-template", "tokenizer-config", "tokenizer-check-interval", "temperature", "overlap-credit", "host-credit", "disk-credit",
-		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-margin", "peer-credit", "hint-bandwidth-gbps", "hint-setup-ms",
+		"prefill-load-scale", "request-weight", "hint-policy", "hint-min-blocks", "hint-margin", "hint-bandwidth-gbps", "hint-setup-ms",
 		"hint-prefill-tokens-per-s", "kv-bytes-per-token", "approx-ttl", "detached-owner-ttl", "runner-probe", "owner-ttl", "engine-metrics-interval",
 		"allow-target-override", "max-blocks", "replica", "log-level", "body-timeout", "max-body-memory", "admin-listen", "peer-allow",
 		"nats-creds", "nats-nkey", "nats-user", "nats-password-file", "nats-token-file", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"} {

@@ -58,7 +58,6 @@ type candidateJSON struct {
 	DeviceOverlap         int     `json:"device_overlap"`
 	HostOverlap           int     `json:"host_overlap"`
 	DiskOverlap           int     `json:"disk_overlap"`
-	PeerCredit            float64 `json:"peer_credit"`
 	AdjustedPrefill       float64 `json:"adjusted_prefill"`
 	PotentialDecodeBlocks float64 `json:"potential_decode_blocks"`
 	ActiveRequests        int     `json:"active_requests"`
@@ -196,7 +195,7 @@ func candidatesOf(d *router.Decision) []candidateJSON {
 	out := make([]candidateJSON, len(d.Candidates))
 	for i, c := range d.Candidates {
 		out[i] = candidateJSON{c.Worker, c.Rank, c.OverlapBlocks, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap,
-			c.PeerCredit, c.AdjustedPrefill, c.PotentialDecodeBlocks, c.ActiveRequests, c.Cost}
+			c.AdjustedPrefill, c.PotentialDecodeBlocks, c.ActiveRequests, c.Cost}
 	}
 	return out
 }

@@ -38,9 +38,9 @@ type Candidate struct {
 	DeviceOverlap int
 	HostOverlap   int
 	DiskOverlap   int
-	// SharedBeyond is extra credit, in blocks of prefill, for blocks the
-	// rank can obtain beyond its own prefix without recomputing them (the
-	// router's peer credit: a hint's predicted saving).
+	// SharedBeyond is extra credit for blocks the rank can obtain beyond its
+	// own prefix without recomputing (zero unless the caller opts in: hints
+	// must not change the choice by default).
 	SharedBeyond float64
 	// Load.
 	ActiveDecodeBlocks  float64

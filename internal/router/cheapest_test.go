@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"slices"
 	"testing"
-	"time"
 
 	"kvrouter/internal/cost"
 	"kvrouter/internal/index"
@@ -20,13 +19,7 @@ import (
 func TestCheapestMatchesFullList(t *testing.T) {
 	for seed := range uint64(60) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		var edit func(*Config)
-		if seed%4 >= 2 {
-			// A hint is priced into the choice: every rank lacking the
-			// best source's prefix gets a credit, cold ones alike.
-			edit = peerPriced(t, time.Duration(rng.IntN(3))*100*time.Microsecond)
-		}
-		r := newRouter(t, edit)
+		r := newRouter(t, nil)
 		f := newFleet(t, r)
 		workers := 1 + rng.IntN(40)
 		// Sparse fleets, where few ranks hold anything, take the warm

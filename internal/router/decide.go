@@ -57,16 +57,12 @@ func (req *Request) filtered() bool {
 // Candidate is one (worker, dp_rank) as the decision priced it. Overlaps
 // are in blocks of the worker's block size.
 type Candidate struct {
-	Worker        string
-	Rank          int
-	OverlapBlocks int
-	DeviceOverlap int
-	HostOverlap   int
-	DiskOverlap   int
-	// PeerCredit is the blocks of recompute a hint from the best peer
-	// would save the rank (Config.PeerCredit), already taken off
-	// AdjustedPrefill.
-	PeerCredit            float64
+	Worker                string
+	Rank                  int
+	OverlapBlocks         int
+	DeviceOverlap         int
+	HostOverlap           int
+	DiskOverlap           int
 	AdjustedPrefill       float64
 	PotentialDecodeBlocks float64
 	ActiveRequests        int
@@ -137,7 +133,6 @@ type group struct {
 	slots   []int32       // by match: its source's slot, -1 for none
 	at      []int32       // by source slot: 1 + the position of its match, 0 for none
 	cands   []cost.Candidate
-	peer    peerLine // what a pull from the best hint source is worth
 }
 
 // match returns the match of the source in slot, if it matched.
@@ -172,7 +167,6 @@ func (r *Router) newGroup(model string, bs int, tokens []uint32, seed uint64) *g
 			g.slots = append(g.slots, slot)
 		}
 	}
-	g.peer = r.peerLineOf(g)
 	return g
 }
 
@@ -384,7 +378,6 @@ func candidateOf(s cost.Scored) Candidate {
 		Worker: s.Worker, Rank: s.Rank,
 		OverlapBlocks: s.DeviceOverlap + s.HostOverlap + s.DiskOverlap,
 		DeviceOverlap: s.DeviceOverlap, HostOverlap: s.HostOverlap, DiskOverlap: s.DiskOverlap,
-		PeerCredit:      s.SharedBeyond,
 		AdjustedPrefill: s.AdjustedPrefill, PotentialDecodeBlocks: s.PotentialDecodeBlocks,
 		ActiveRequests: s.ActiveRequests, Cost: s.Cost,
 	}
@@ -430,7 +423,6 @@ func (r *Router) fill(c *cost.Candidate, g *group, e *entry, i int, ld *loads) {
 		}
 	}
 	c.TreeSize = int(r.tree[ref.slot])
-	c.SharedBeyond = g.peer.credit(c.DeviceOverlap + c.HostOverlap + c.DiskOverlap)
 }
 
 // hint runs hint selection for the chosen target. It never changes the

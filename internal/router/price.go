@@ -127,7 +127,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 	}
 	w := r.weightsFor(&req)
 	blocks := len(g.local)
-	cold := w.Cost(blocks, g.bs, &cost.Candidate{SharedBeyond: g.peer.credit(0)})
+	cold := w.Cost(blocks, g.bs, &cost.Candidate{})
 	if len(ld.mark) < len(r.slotSrc) {
 		ld.mark = make([]uint32, len(r.slotSrc))
 	}
@@ -150,9 +150,6 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 		price(h)
 	}
 	_, bounded := w.Floor(blocks, 0)
-	if _, ok := g.peer.floorDepth(w, 0); !ok {
-		bounded = false
-	}
 	depth := -1
 	for i, slot := range g.slots {
 		if slot < 0 {
@@ -162,8 +159,7 @@ func (r *Router) cheapestWarm(g *group, ranks int, included func(*entry) bool, l
 			depth = d
 			// Skipped only when clear of rounding: a rank costing
 			// exactly the cheapest is a tie and must be drawn among.
-			fd, _ := g.peer.floorDepth(w, d)
-			if floor, _ := w.Floor(blocks, fd); floor > b.lo+1e-9*(1+math.Abs(b.lo)) {
+			if floor, _ := w.Floor(blocks, d); floor > b.lo+1e-9*(1+math.Abs(b.lo)) {
 				break
 			}
 		}

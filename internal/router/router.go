@@ -29,12 +29,6 @@ type Config struct {
 	// Policy returns the hint policy for workers of a block size; a cost
 	// estimate needs the bytes and tokens of a block.
 	Policy func(blockSize int) (hints.Policy, error)
-	// PeerCredit prices a hint into the choice: a rank lacking blocks that
-	// a ready hint source holds is credited with the recompute a pull of
-	// them would save, as the policy predicts it (a policy predicting no
-	// times gives none). Without it the choice ignores peers and the hint
-	// only follows it.
-	PeerCredit bool
 	// ApproxTTL is how long a routing decision stands in for the blocks of
 	// an approximate-mode worker.
 	ApproxTTL time.Duration

@@ -97,9 +97,6 @@ type Options struct {
 	// HintMargin is the share of the recompute a pull must save to be
 	// hinted (cost policy).
 	HintMargin float64
-	// PeerCredit prices a possible hint into the choice of target
-	// (router.Config.PeerCredit; cost policy).
-	PeerCredit bool
 	// The cost policy learns a pull's setup and rate per (source, target)
 	// and each target's recompute rate from what engines report, starting
 	// from hints.DefaultPrior. A figure set here is fixed instead: 0 learns
@@ -400,7 +397,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		}
 	}
 	r, err := router.New(router.Config{Weights: o.Weights, Temperature: o.Temperature, Policy: policy,
-		Routing: routing, NoHints: o.HintPolicy == policyOff, PeerCredit: o.PeerCredit,
+		Routing: routing, NoHints: o.HintPolicy == policyOff,
 		ApproxTTL: o.ApproxTTL, DetachedOwnerTTL: o.DetachedOwnerTTL, MaxBlocks: o.MaxBlocks,
 		MaxIndexBytes: o.MaxIndexBytes,
 		Health:        router.HealthConfig{Interval: o.HealthInterval, DownAfter: o.HealthDownAfter}})
