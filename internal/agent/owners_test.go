@@ -2,9 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"net"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,56 +12,17 @@ import (
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/relay"
-	"kvrouter/internal/runner"
+	"kvrouter/internal/runner/runnertest"
 	"kvrouter/internal/workerconfig"
 )
-
-// testRunner is a KV cache runner serving its control endpoint on port.
-type testRunner struct {
-	r    *runner.Runner
-	srv  *runner.Server
-	done chan error
-	once sync.Once
-}
-
-// serveRunner serves r (a new runner when nil) on port.
-func serveRunner(t *testing.T, r *runner.Runner, port int) *testRunner {
-	t.Helper()
-	if r == nil {
-		var err error
-		if r, err = runner.New(runner.Config{BlockBytes: 64, Capacity: 4, Logger: quiet()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv, err := runner.NewServer(r, runner.TCPConfig{BlockBytes: 64, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	eventually(t, "the runner's port", func() bool {
-		ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		return err == nil
-	})
-	tr := &testRunner{r: r, srv: srv, done: make(chan error, 1)}
-	go func() { tr.done <- srv.Serve(ln) }()
-	t.Cleanup(tr.stop)
-	return tr
-}
-
-func (tr *testRunner) stop() {
-	tr.once.Do(func() {
-		tr.srv.Close()
-		<-tr.done
-	})
-}
 
 // A cache owner's inventory is its runner's: an engine restart keeps it
 // (the owner is a hint source again once the runner answers with its
 // epoch), a runner silent for less than --owner-ttl keeps it too, and a
 // runner restart or one silent past the TTL drops it.
 func TestAgentOwnerOutlivesEngine(t *testing.T) {
-	port := freePort(t)
-	rn := serveRunner(t, nil, port)
+	port := runnertest.FreePort(t)
+	rn := runnertest.Serve(t, nil, port)
 	e := startEngineWith(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0, func(_, extra, _ map[string]any) {
 		extra["control_port"] = port
 	})
@@ -90,22 +48,22 @@ func TestAgentOwnerOutlivesEngine(t *testing.T) {
 
 	// The runner stops answering, then answers again with its epoch
 	// within the TTL: not a hint source meanwhile, its blocks kept.
-	rn.stop()
+	rn.Stop()
 	c.expect(s, "the owner withdrawn while its runner is silent", c.owner, "", false)
-	rn = serveRunner(t, rn.r, port)
+	rn = runnertest.Serve(t, rn.R, port)
 	c.expect(s, "the owner back with its blocks", c.owner, "A@3 B@3 C@3", true)
 
 	// A new runner process: the old one's blocks are gone with it.
-	rn.stop()
-	rn = serveRunner(t, nil, port)
+	rn.Stop()
+	rn = runnertest.Serve(t, nil, port)
 	c.expect(s, "the owner of the new runner", c.owner, "", true)
 	e.publish("", e.ev("store", true, "X"))
 	c.expect(s, "the new runner's block", c.owner, "X@3", true)
 
 	// Silent past the TTL: dropped, whoever answers next.
-	rn.stop()
+	rn.Stop()
 	eventually(t, "the owner expired", func() bool { return c.agent.Stats().Counts[ingest.ResetRunnerExpired] == 1 })
-	serveRunner(t, rn.r, port)
+	runnertest.Serve(t, rn.R, port)
 	c.expect(s, "the owner after its expiry", c.owner, "", true)
 	st := c.agent.Stats()
 	if st.Counts[ingest.ResetRunnerRestart] != 1 || st.Counts[ingest.ResetRestart]+st.Counts[ingest.ResetReconnected] == 0 {
@@ -177,7 +135,7 @@ func TestAgentCatchesUpOnIdleEngine(t *testing.T) {
 // is the initial inventory, and live batches follow the cut's resume seq
 // under its epoch.
 func TestAgentSnapshotCatchUp(t *testing.T) {
-	snapPort := freePort(t)
+	snapPort := runnertest.FreePort(t)
 	e := startEngineWith(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0, func(_, _, events map[string]any) {
 		events["snapshot_endpoint"] = fmt.Sprintf("tcp://*:%d", snapPort)
 	})
@@ -222,7 +180,7 @@ func TestAgentSnapshotCatchUp(t *testing.T) {
 // seq 0, as at start. The old process's blocks are gone, the new one's
 // are the inventory, and live batches of the new epoch follow the cut.
 func TestAgentSnapshotAfterEngineRestart(t *testing.T) {
-	snapPort := freePort(t)
+	snapPort := runnertest.FreePort(t)
 	e := startEngineWith(t, workerconfig.EngineSGLang, "sglang_linker_tp1", 0, func(_, _, events map[string]any) {
 		events["snapshot_endpoint"] = fmt.Sprintf("tcp://*:%d", snapPort)
 	})

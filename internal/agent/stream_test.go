@@ -12,6 +12,7 @@ import (
 	"kvrouter/internal/kvencode"
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
+	"kvrouter/internal/runner/runnertest"
 	"kvrouter/internal/workerconfig"
 )
 
@@ -20,7 +21,7 @@ import (
 // publisher (firstSeq: where its counter starts) dials in.
 func startBindMode(t *testing.T, config string, firstSeq uint64) (*engine, *cluster) {
 	t.Helper()
-	port, replay := freePort(t), freePort(t)
+	port, replay := runnertest.FreePort(t), runnertest.FreePort(t)
 	e := &engine{t: t, kind: workerconfig.EngineSGLang, port: port, replay: replay, tr: indextest.NewTree(16, "A:", "B:A", "C:B", "D:C", "X:", "Y:X")}
 	e.enc.Format = kvencode.SGLangMap
 	cfg := engineConfig(t, config, func(cfg, extra, events map[string]any) {

@@ -2,9 +2,6 @@ package direct
 
 import (
 	"fmt"
-	"net"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,53 +10,9 @@ import (
 	"kvrouter/internal/kvevents"
 	"kvrouter/internal/kvstream"
 	"kvrouter/internal/router"
-	"kvrouter/internal/runner"
+	"kvrouter/internal/runner/runnertest"
 	"kvrouter/internal/runnerprobe"
 )
-
-// testRunner is a KV cache runner serving its control endpoint on a port.
-type testRunner struct {
-	r    *runner.Runner
-	srv  *runner.Server
-	done chan error
-	once sync.Once
-}
-
-// serveRunner serves r (a new runner process when nil) on port until stop
-// or the test's end.
-func serveRunner(t *testing.T, r *runner.Runner, port int) *testRunner {
-	t.Helper()
-	if r == nil {
-		var err error
-		if r, err = runner.New(runner.Config{BlockBytes: 64, Capacity: 4, Logger: quiet()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv, err := runner.NewServer(r, runner.TCPConfig{BlockBytes: 64, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-	}
-	tr := &testRunner{r: r, srv: srv, done: make(chan error, 1)}
-	go func() { tr.done <- srv.Serve(ln) }()
-	t.Cleanup(tr.stop)
-	return tr
-}
-
-func (tr *testRunner) stop() {
-	tr.once.Do(func() {
-		tr.srv.Close()
-		<-tr.done
-	})
-}
 
 // ownerState renders src as the router holds it: ready or not, and its
 // block count.
@@ -87,7 +40,7 @@ func ownerState(r *router.Router, src index.Source) string {
 // when the runner answers with a new epoch.
 func TestFleetProbesRunners(t *testing.T) {
 	events, replay := freeEndpoint(t), freeEndpoint(t)
-	port := freePort(t)
+	port := runnertest.FreePort(t)
 	var p *kvstream.Publisher
 	startEngine := func() {
 		t.Helper()
@@ -117,7 +70,7 @@ func TestFleetProbesRunners(t *testing.T) {
 		ev.Ownership = kvevents.OwnedByRunner
 		return ev
 	}
-	rn := serveRunner(t, nil, port)
+	rn := runnertest.Serve(t, nil, port)
 	r := runFleetWith(t, fmt.Sprintf("url=http://w:1,id=w,model=m,engine=sglang,type=aggregated,block_size=%d,events=%s,replay=%s,control=tcp://127.0.0.1:%d",
 		testBS, events, replay, port), "", func(f *Fleet) {
 		f.RunnerProbe = runnerprobe.Config{Interval: 20 * time.Millisecond, TTL: 500 * time.Millisecond}
@@ -139,29 +92,19 @@ func TestFleetProbesRunners(t *testing.T) {
 	waitOverlap(t, r, prompt(7, 1), 1, func() { publish(stored(prompt(7, 1), kvevents.TierDevice, "GPU")) })
 	expect("the owner across the engine restart", "ready 2")
 
-	rn.stop()
+	rn.Stop()
 	expect("the owner while its runner is silent", "not-ready 2")
-	rn = serveRunner(t, rn.r, port)
+	rn = runnertest.Serve(t, rn.R, port)
 	expect("the owner once its runner answers again", "ready 2")
 
 	// A new runner process holds none of the old one's blocks.
-	rn.stop()
-	rn = serveRunner(t, nil, port)
+	rn.Stop()
+	rn = runnertest.Serve(t, nil, port)
 	expect("the owner of the new runner", "ready 0")
 	publish(runnerStore(prompt(20, 3)))
 	expect("the new runner's blocks", "ready 3")
 
 	// Silent past the TTL: dropped.
-	rn.stop()
+	rn.Stop()
 	expect("the owner past the TTL", "not-ready 0")
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
