@@ -52,9 +52,9 @@
 // batch: the engine's snapshot-v1 cut where it offers one, then its
 // replay buffer from seq 0. An engine with a cut that comes back (its
 // stream reconnected or restarted: maybe a new process) is caught up on
-// that way again, its new cut first (kvstream.Follow); any other is asked
-// at a reconnect for what it published while the connection was down,
-// which an idle engine's stream would never reveal. On a clean stop the agent stops reading its
+// that way again, its new cut first (kvstream.Follow); any other is caught
+// up on from seq 0 at a reconnect, which an idle engine's stream would
+// never ask for. On a clean stop the agent stops reading its
 // engines, announces gone every worker rank and every owner that is not
 // ready, flushes NATS and only then deregisters, so a router that reads
 // the deregistration has been sent the rest (docs/wire.md §9.6). A lost NATS connection is

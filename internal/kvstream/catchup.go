@@ -28,19 +28,15 @@ func (t *Tracker) Start(key string) *ReplayRequest {
 // at or below the last one is a new publisher from now on, not a copy of
 // a catch-up's history.
 //
-// With CatchUp and canReplay it also returns the replay to run at once:
-// the batches published while the connection was down reach no new
-// connection, and an idle publisher sends no live message whose seq would
-// reveal them. It asks for every batch after the last one delivered (from
-// 0 when nothing was, as Start does) and replaces a replay under way,
-// keeping the messages it holds: that replay's answer is ignored. The
-// answer is taken as Start's is: until a live message arrives, every
-// replayed batch after the last one delivered is delivered; a live one
-// arriving meanwhile follows the usual rules against the last seq seen
-// (the next one is held, a later one opens a Gap the same answer fills,
-// an older one is a Restart that abandons the replay). An empty answer
-// delivers nothing: a publisher that restarted with fewer batches than
-// were seen shows it with its next live message, a Restart.
+// With CatchUp and canReplay it also returns the catch-up to run at once,
+// as Start's at the first connection: every buffered batch from seq 0.
+// The new connection may be to a new process, whose seq tells nothing
+// against the old one's, and the consumer starts the key over at a
+// Reconnected (package ingest rebuilds the rank): the publisher's whole
+// history is its inventory again. An idle publisher sends no live message,
+// so nothing else would bring it, nor the batches it published while the
+// connection was down. A replay under way is abandoned with the messages
+// it held: they were the old connection's, and the history has them.
 func (t *Tracker) Reconnect(key string, canReplay bool) *ReplayRequest {
 	st := t.keys[key]
 	if st != nil {
@@ -49,19 +45,6 @@ func (t *Tracker) Reconnect(key string, canReplay bool) *ReplayRequest {
 	if !t.CatchUp || !canReplay {
 		return nil
 	}
-	if st == nil {
-		return t.Start(key)
-	}
-	r := st.replay
-	if r == nil {
-		r = &replayState{top: st.last}
-		st.replay = r
-	}
-	t.nextID++
-	r.id, r.rounds, r.open = t.nextID, 1, true
-	from := st.last + 1
-	if st.fresh {
-		from = 0
-	}
-	return &ReplayRequest{ID: r.id, Key: key, From: from}
+	delete(t.keys, key)
+	return t.Start(key)
 }

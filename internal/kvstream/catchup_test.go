@@ -35,12 +35,12 @@ func TestTrackerStart(t *testing.T) {
 			{"live a 3", "msg a 3"},
 			{"live a 0", "restart a 3->0|msg a 0"},
 		}},
-		{"after a reconnect a lower seq is a new publisher", true, [][2]string{
+		{"after a reconnect the publisher starts over", true, [][2]string{
 			{"start a", "ask a 0"},
 			{"replay 1 0 1 2 end", "msg a 0 r|msg a 1 r|msg a 2 r"},
-			{"reconnect a", "ask a 3"},
+			{"reconnect a", "ask a 0"},
 			{"replay 2 end", ""},
-			{"live a 0", "restart a 2->0|msg a 0"},
+			{"live a 0", "msg a 0"},
 		}},
 		{"live messages during the replay are held and anchor it", true, [][2]string{
 			{"start a", "ask a 0"},
@@ -109,6 +109,7 @@ func TestTrackerStart(t *testing.T) {
 // would reveal them.
 func TestTrackerReconnect(t *testing.T) {
 	// Each case starts from a key that delivered 0..3, the last one live.
+	// A reconnect starts the key over with a catch-up from seq 0.
 	setup := [][2]string{
 		{"start a", "ask a 0"},
 		{"replay 1 0 1 2 end", "msg a 0 r|msg a 1 r|msg a 2 r"},
@@ -118,64 +119,50 @@ func TestTrackerReconnect(t *testing.T) {
 		name  string
 		steps [][2]string // as in TestTrackerStart, after setup's
 	}{
-		{"what was published meanwhile, then live copies of it", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"replay 2 4 5 end", "msg a 4 r|msg a 5 r"},
+		{"the whole history again, then live copies of it", [][2]string{
+			{"reconnect a", "ask a 0"},
+			{"replay 2 0 1 2 3 4 5 end", "msg a 0 r|msg a 1 r|msg a 2 r|msg a 3 r|msg a 4 r|msg a 5 r"},
 			{"live a 5", ""},
 			{"live a 6", "msg a 6"},
 		}},
 		{"an idle publisher that missed nothing", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"replay 2 end", ""},
+			{"reconnect a", "ask a 0"},
+			{"replay 2 0 1 2 3 end", "msg a 0 r|msg a 1 r|msg a 2 r|msg a 3 r"},
 			{"live a 4", "msg a 4"},
 		}},
 		{"a publisher that restarted with fewer batches", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"replay 2 end", ""},
-			{"live a 1", "restart a 3->1|msg a 1"},
+			{"reconnect a", "ask a 0"},
+			{"replay 2 0 1 end", "msg a 0 r|msg a 1 r"},
+			{"live a 2", "msg a 2"},
 		}},
-		{"below what the catch-up delivered is a restart", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"replay 2 4 5 end", "msg a 4 r|msg a 5 r"},
-			{"live a 2", "restart a 5->2|msg a 2"},
-		}},
-		{"a live message meanwhile bounds the answer", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"live a 7", "gap a 4-6"},
+		{"live messages meanwhile follow the history", [][2]string{
+			{"reconnect a", "ask a 0"},
+			{"live a 7", ""},
 			{"live a 8", ""},
-			{"replay 2 4 5 6 7 8 9 end", "msg a 4 r|msg a 5 r|msg a 6 r|healed a 4-6|msg a 7|msg a 8"},
+			{"replay 2 0 1 2 3 4 5 6 7 8 end", "msg a 0 r|msg a 1 r|msg a 2 r|msg a 3 r|msg a 4 r|msg a 5 r|msg a 6 r|msg a 7|msg a 8"},
 			{"live a 9", "msg a 9"},
 		}},
-		{"the next live message meanwhile is held", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"live a 4", ""},
-			// 5 is past the live one: it will arrive live.
-			{"replay 2 4 5 end", "msg a 4"},
-		}},
-		{"a live message below the last seen meanwhile is a restart", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"live a 0", "restart a 3->0|msg a 0"},
-			{"replay 2 4 5 end", ""},
-			{"live a 1", "msg a 1"},
-		}},
-		{"the buffer lost batches meanwhile", [][2]string{
-			{"reconnect a", "ask a 4"},
-			{"replay 2 7 8 end", "lost a 4-6|msg a 7 r|msg a 8 r"},
+		{"the buffer lost the oldest batches", [][2]string{
+			{"reconnect a", "ask a 0"},
+			{"replay 2 7 8 end", "lost a 0-6|msg a 7 r|msg a 8 r"},
 			{"live a 9", "msg a 9"},
 		}},
-		{"a failed catch-up leaves the gap to the next live message", [][2]string{
-			{"reconnect a", "ask a 4"},
+		{"a failed catch-up leaves the key to its first message", [][2]string{
+			{"reconnect a", "ask a 0"},
 			{"replay 2 cut", ""},
-			{"live a 6", "gap a 4-5|ask a 4"},
-			{"replay 3 4 5 6 end", "msg a 4 r|msg a 5 r|healed a 4-5|msg a 6"},
+			{"live a 6", "gap a 0-5|ask a 0"},
 		}},
-		{"a reconnect during a gap's replay asks again, keeping what it holds", [][2]string{
+		{"a reconnect during a gap's replay abandons it and what it holds", [][2]string{
 			{"live a 5", "gap a 4-4|ask a 4"},
-			{"reconnect a", "ask a 4"},
+			{"reconnect a", "ask a 0"},
 			{"replay 2 4 5 end", ""},
-			{"replay 3 4 5 6 end", "msg a 4 r|healed a 4-4|msg a 5|msg a 6 r"},
+			{"replay 3 0 1 2 3 4 5 6 end", "msg a 0 r|msg a 1 r|msg a 2 r|msg a 3 r|msg a 4 r|msg a 5 r|msg a 6 r"},
 			{"live a 6", ""},
 			{"live a 7", "msg a 7"},
+		}},
+		{"without a replay endpoint nothing is asked", [][2]string{
+			{"reconnect-noreplay a", ""},
+			{"live a 2", "restart a 3->2|msg a 2"},
 		}},
 	}
 	for _, tc := range tests {
@@ -202,6 +189,8 @@ func runCatchUpSteps(t *testing.T, tr *Tracker, steps [][2]string) {
 			req = tr.Start(f[1])
 		case "reconnect":
 			req = tr.Reconnect(f[1], true)
+		case "reconnect-noreplay":
+			req = tr.Reconnect(f[1], false)
 		case "live":
 			seq, _ := strconv.ParseUint(f[2], 10, 64)
 			items, req = tr.Live(nil, f[1], Message{Topic: "t", Seq: seq}, true)

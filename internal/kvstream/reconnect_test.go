@@ -92,9 +92,10 @@ func (p *cutProxy) cut(down bool) {
 	}
 }
 
-// At a reconnect the subscriber asks at once for what the publisher sent
-// while the connection was down: an idle publisher sends no live message
-// whose seq would reveal the gap. In connect mode the subscriber dials the
+// At a reconnect the subscriber catches up at once on the publisher's
+// whole history, what it sent while the connection was down included: an
+// idle publisher sends no live message whose seq would reveal the gap,
+// and the consumer starts over at a Reconnected. In connect mode the subscriber dials the
 // publisher; in bind mode with OnePublisher the publisher dials it.
 func TestReconnectCatchUp(t *testing.T) {
 	for _, mode := range []string{"connect", "bind"} {
@@ -135,7 +136,7 @@ func TestReconnectCatchUp(t *testing.T) {
 			}
 			px.cut(false)
 			// The publisher stays idle: only the catch-up brings them.
-			expectItems(t, out, "reconnected "+ep, fmt.Sprintf("msg %s 1 r", ep), fmt.Sprintf("msg %s 2 r", ep))
+			expectItems(t, out, "reconnected "+ep, fmt.Sprintf("msg %s 0 r", ep), fmt.Sprintf("msg %s 1 r", ep), fmt.Sprintf("msg %s 2 r", ep))
 
 			// Live batches go on from there (the publisher may drop the
 			// first ones until the new connection's subscription reaches it;

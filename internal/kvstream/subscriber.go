@@ -79,9 +79,8 @@ type Config struct {
 	// CatchUp replays a publisher's buffered history before its first
 	// message (see Tracker.CatchUp); it needs a replay endpoint. In connect
 	// mode and with OnePublisher the replay starts at the first connection,
-	// without waiting for a message (Tracker.Start), and at every later
-	// one the batches published while the connection was down are asked
-	// for at once (Tracker.Reconnect).
+	// without waiting for a message (Tracker.Start), and again from seq 0
+	// at every later one (Tracker.Reconnect).
 	CatchUp bool
 	// Accept, if set, is asked about each message of a key not tracked yet
 	// (in bind mode with several publishers, the topic's PublisherKey):
@@ -250,8 +249,8 @@ func (s *Subscriber) countDrops(d drops) {
 // before its first message. In bind mode with OnePublisher, Reconnected is
 // sent when a connection is made after the one that delivered ended, or
 // when another connection than that one delivers or outlives it. With
-// CatchUp, what the publisher sent while its connection was down is
-// replayed right after Reconnected (Tracker.Reconnect). A publisher that
+// CatchUp, the publisher's history from seq 0 is replayed right after
+// Reconnected (Tracker.Reconnect). A publisher that
 // vanishes without closing its TCP connection is noticed only with
 // Heartbeat set.
 func (s *Subscriber) Run(ctx context.Context, out chan<- Item) error {
@@ -382,7 +381,7 @@ type replayDone struct {
 }
 
 // reconnected reports the one publisher back on a new connection and
-// starts the replay of what it published meanwhile (Tracker.Reconnect).
+// starts its catch-up from seq 0 (Tracker.Reconnect).
 func (ss *session) reconnected() {
 	key := ss.cfg.Endpoint
 	req := ss.tr.Reconnect(key, ss.replayEndpoint(key) != "")
