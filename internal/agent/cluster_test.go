@@ -279,4 +279,3 @@ func (c *cluster) expect(s *sink, what string, src index.Source, holds string, r
 		return s.holds(c.t, c.eng.tr, src) == holds && r == ready
 	})
 }
-
