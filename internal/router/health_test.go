@@ -248,6 +248,11 @@ func TestDownWorkerForgetsEngineLoad(t *testing.T) {
 	if n := engine(); n != 0 {
 		t.Fatalf("%d ranks keep their engine load after going down", n)
 	}
+	// A scrape answered before the worker went down and applied after.
+	r.SetEngineLoad("a", 0, EngineLoad{Running: 5})
+	if n := engine(); n != 0 {
+		t.Fatalf("a down worker took %d ranks' engine load", n)
+	}
 	r.ReportProbe("a", "http://a", ProbeOK, "", t0)
 	r.SetEngineLoad("a", 0, EngineLoad{Running: 3})
 	r.ClearEngineLoad("a")

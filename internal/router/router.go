@@ -367,7 +367,9 @@ func (r *Router) SetDiscoveryLive(live bool) {
 func (r *Router) SetEngineLoad(worker string, rank int, l EngineLoad) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e := r.workers[worker]; e != nil && e.w.HasRank(rank) {
+	// A down worker's figures were read before it went down (a scrape
+	// answered just before): they would stand for a load it no longer has.
+	if e := r.workers[worker]; e != nil && e.w.HasRank(rank) && !e.down.Load() {
 		r.engine[cost.Rank{Worker: worker, DP: rank}] = l
 	}
 }
