@@ -206,7 +206,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: register worker %q: %w", w.ID, err)
 	}
 	a.log.Info("agent: worker registered", "id", w.ID, "model", w.Model, "hint_capable", d.HintCapable,
-		"dp_ranks", fmt.Sprintf("%d..%d", d.DPStart, d.DPStart+d.DPSize-1), "events", w.Events, "lease", a.cfg.Lease)
+		"dp_ranks", fmt.Sprintf("%d..%d", d.DPStart, d.DPStart+d.DPSize-1), "events", w.Events, "lease", reg.Lease())
 	close(a.registered)
 	// The lease outlives the relay: the deregistration is the last word.
 	keepCtx, stopKeep := context.WithCancel(context.Background())
@@ -214,7 +214,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		discovery.Keep(keepCtx, reg, w, a.cfg.Lease/3, a.log)
+		// The bucket's lease, which may not be --lease (a bucket made by
+		// a process given another keeps its own).
+		discovery.Keep(keepCtx, reg, w, reg.Lease()/3, a.log)
 	}()
 
 	var runErr error

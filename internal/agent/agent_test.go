@@ -262,8 +262,11 @@ func TestAgentBindMode(t *testing.T) {
 	e.publish("not-"+e.topic, e.ev("store", false, "B"))
 	e.publish("", e.ev("store", false, "C"))
 	c.expect(s, "the chain with the replayed batch", c.worker, "A@0 B@0 C@0", true)
-	if st := c.agent.Stats(); st.Healed-base.Healed != 1 {
-		t.Fatalf("healed %d, want 1", st.Healed-base.Healed)
+	// B reaches the agent through the replay only; under load the first
+	// batch may be dropped before the subscription reaches the engine,
+	// which the catch-up at connection or a second gap heals as well.
+	if st := c.agent.Stats(); st.Healed-base.Healed < 1 {
+		t.Fatalf("healed %d, want at least 1", st.Healed-base.Healed)
 	}
 }
 

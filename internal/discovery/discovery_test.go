@@ -222,3 +222,47 @@ func TestNATSRecreatesLostBucket(t *testing.T) {
 		t.Fatalf("got %+v, want the re-registered worker", c)
 	}
 }
+
+// TestBucketKeepsItsLease: a process given another --lease takes the
+// existing bucket as it is, and its lease with it: it neither fails (NATS
+// refuses some updates of a bucket in use) nor sets the fleet's lease for
+// the agents already refreshing at theirs. A bucket the server lost comes
+// back with that lease.
+func TestBucketKeepsItsLease(t *testing.T) {
+	ctx := context.Background()
+	b, err := bus.Open(ctx, bus.Options{Name: "lease-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	first, err := OpenNATS(ctx, b.JS, "", 3*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := OpenNATS(ctx, b.JS, "", 6*time.Second, nil)
+	if err != nil {
+		t.Fatalf("a second lease: %v", err)
+	}
+	if first.Lease() != 3*time.Second || second.Lease() != 3*time.Second {
+		t.Fatalf("leases %v and %v, want the bucket's 3s", first.Lease(), second.Lease())
+	}
+	kv, err := b.JS.KeyValue(ctx, DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kv.Status(ctx); err != nil || st.TTL() != 3*time.Second {
+		t.Fatalf("bucket TTL %v (%v), want 3s", st.TTL(), err)
+	}
+	if err := b.JS.DeleteKeyValue(ctx, DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Put(ctx, worker("a")); err != nil {
+		t.Fatal(err)
+	}
+	if kv, err = b.JS.KeyValue(ctx, DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kv.Status(ctx); err != nil || st.TTL() != 3*time.Second {
+		t.Fatalf("recreated bucket TTL %v (%v), want 3s", st.TTL(), err)
+	}
+}

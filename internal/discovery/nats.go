@@ -36,8 +36,10 @@ type NATS struct {
 	cfg jetstream.KeyValueConfig
 	log *slog.Logger
 
-	mu sync.Mutex
-	kv jetstream.KeyValue
+	mu     sync.Mutex
+	kv     jetstream.KeyValue
+	ttl    time.Duration // the lease: cfg's, or an existing bucket's
+	warned bool          // the bucket's other lease was logged
 }
 
 var _ Registry = (*NATS)(nil)
@@ -68,7 +70,7 @@ func OpenNATS(ctx context.Context, js jetstream.JetStream, bucket string, ttl ti
 		// On a cluster, a server lost loses no registration: the others
 		// hold it.
 		Replicas: ClusterReplicas,
-	}}
+	}, ttl: ttl}
 	if _, err := n.open(ctx); err != nil {
 		return nil, err
 	}
@@ -105,19 +107,74 @@ func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
 }
 
 func (n *NATS) createOrUpdate(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := n.js.CreateOrUpdateKeyValue(ctx, n.cfg)
+	kv, err := n.js.KeyValue(ctx, n.cfg.Bucket)
+	if err == nil {
+		// The bucket is the fleet's, whoever made it: its TTL is the lease
+		// every agent lives by. Updating it to this process's --lease
+		// would make each process that starts set the fleet's lease (a
+		// shorter one expiring agents that refresh at their own pace), and
+		// NATS refuses some updates of a bucket in use.
+		n.adopt(ctx, kv)
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, err
+	}
+	cfg := n.config()
+	kv, err = n.js.CreateOrUpdateKeyValue(ctx, cfg)
 	if cannotPlace(err) {
 		// An existing bucket is taken as it is: updated to one replica it
 		// would lose the copies a degraded cluster still has.
 		if kv, err = n.js.KeyValue(ctx, n.cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 			n.log.Info("discovery: the NATS server is not a cluster of 3 or more JetStream servers; registrations are held by one server",
 				"bucket", n.cfg.Bucket)
-			one := n.cfg
+			one := cfg
 			one.Replicas = 1
 			kv, err = n.js.CreateOrUpdateKeyValue(ctx, one)
 		}
 	}
 	return kv, err
+}
+
+// adopt takes an existing bucket's TTL as the lease, saying so when it is
+// not the one this process was given.
+func (n *NATS) adopt(ctx context.Context, kv jetstream.KeyValue) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return
+	}
+	ttl := st.TTL()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ttl <= 0 || ttl == n.ttl {
+		return
+	}
+	if !n.warned {
+		n.warned = true
+		n.log.Warn("discovery: the registrations bucket exists with another lease; keeping the bucket's (set the same --lease on every agent and router service, or delete the bucket to change it)",
+			"bucket", n.cfg.Bucket, "bucket_lease", ttl, "lease", n.cfg.TTL)
+	}
+	n.ttl = ttl
+}
+
+// config is the bucket's configuration to create it with: the lease
+// adopted last, so that a bucket a restarted server lost comes back as
+// the fleet had it.
+func (n *NATS) config() jetstream.KeyValueConfig {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := n.cfg
+	c.TTL, c.LimitMarkerTTL = n.ttl, n.ttl
+	return c
+}
+
+// Lease is the registrations' lease: the bucket's TTL, which an existing
+// bucket keeps whatever lease this process was given. Agents refresh
+// their registration well within it.
+func (n *NATS) Lease() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ttl
 }
 
 // cannotPlace reports an error saying the bucket's replicas cannot be
