@@ -266,3 +266,35 @@ func TestBucketKeepsItsLease(t *testing.T) {
 		t.Fatalf("recreated bucket TTL %v (%v), want 3s", st.TTL(), err)
 	}
 }
+
+// TestConcurrentOpenOtherLeases: processes given other leases open the
+// missing bucket at once; every one of them opens it, all with one lease.
+func TestConcurrentOpenOtherLeases(t *testing.T) {
+	ctx := context.Background()
+	b, err := bus.Open(ctx, bus.Options{Name: "lease-race-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	leases := []time.Duration{2 * time.Second, 3 * time.Second, 5 * time.Second, 7 * time.Second}
+	got := make([]time.Duration, len(leases))
+	errs := make([]error, len(leases))
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		wg.Go(func() {
+			n, err := OpenNATS(ctx, b.JS, "", l, nil)
+			if errs[i] = err; err == nil {
+				got[i] = n.Lease()
+			}
+		})
+	}
+	wg.Wait()
+	for i := range leases {
+		if errs[i] != nil {
+			t.Fatalf("lease %v: %v", leases[i], errs[i])
+		}
+		if got[i] != got[0] {
+			t.Fatalf("leases %v: not one", got)
+		}
+	}
+}

@@ -28,6 +28,9 @@ const (
 	errCodeNoPeers               jetstream.ErrorCode = 10005
 	errCodeInsufficientResources jetstream.ErrorCode = 10023
 	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074
+	// errCodeStreamNameInUse: another process created the bucket, with
+	// another configuration, since we found it missing.
+	errCodeStreamNameInUse jetstream.ErrorCode = 10058
 )
 
 // NATS is a Registry in a JetStream key-value bucket whose TTL is the lease.
@@ -107,33 +110,59 @@ func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
 }
 
 func (n *NATS) createOrUpdate(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := n.js.KeyValue(ctx, n.cfg.Bucket)
-	if err == nil {
-		// The bucket is the fleet's, whoever made it: its TTL is the lease
-		// every agent lives by. Updating it to this process's --lease
-		// would make each process that starts set the fleet's lease (a
-		// shorter one expiring agents that refresh at their own pace), and
-		// NATS refuses some updates of a bucket in use.
-		n.adopt(ctx, kv)
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, err
+	if kv, err := n.existing(ctx); kv != nil || err != nil {
+		return kv, err
 	}
 	cfg := n.config()
-	kv, err = n.js.CreateOrUpdateKeyValue(ctx, cfg)
+	kv, err := n.js.CreateKeyValue(ctx, cfg)
 	if cannotPlace(err) {
 		// An existing bucket is taken as it is: updated to one replica it
 		// would lose the copies a degraded cluster still has.
-		if kv, err = n.js.KeyValue(ctx, n.cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
-			n.log.Info("discovery: the NATS server is not a cluster of 3 or more JetStream servers; registrations are held by one server",
-				"bucket", n.cfg.Bucket)
-			one := cfg
-			one.Replicas = 1
-			kv, err = n.js.CreateOrUpdateKeyValue(ctx, one)
+		if kv, err := n.existing(ctx); kv != nil || err != nil {
+			return kv, err
+		}
+		n.log.Info("discovery: the NATS server is not a cluster of 3 or more JetStream servers; registrations are held by one server",
+			"bucket", n.cfg.Bucket)
+		one := cfg
+		one.Replicas = 1
+		kv, err = n.js.CreateKeyValue(ctx, one)
+	}
+	if createdMeanwhile(err) {
+		if kv, err = n.existing(ctx); kv == nil && err == nil {
+			err = jetstream.ErrBucketNotFound // created and deleted meanwhile
 		}
 	}
 	return kv, err
+}
+
+// existing returns the bucket if it exists, taking its lease; nil and no
+// error when it does not.
+//
+// The bucket is the fleet's, whoever made it: its TTL is the lease every
+// agent lives by. Updating it to this process's --lease would make each
+// process that starts set the fleet's lease (a shorter one expiring agents
+// that refresh at their own pace), and NATS refuses some updates of a
+// bucket in use.
+func (n *NATS) existing(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := n.js.KeyValue(ctx, n.cfg.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	n.adopt(ctx, kv)
+	return kv, nil
+}
+
+// createdMeanwhile reports an error saying another process created the
+// bucket, with another configuration, since it was found missing.
+func createdMeanwhile(err error) bool {
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == errCodeStreamNameInUse
 }
 
 // adopt takes an existing bucket's TTL as the lease, saying so when it is
