@@ -42,9 +42,9 @@ const (
 // names the field.
 var ErrBadRequest = errors.New("upstream: bad request")
 
-// ErrNoAnswer marks a request that got no byte of an answer: the connection
-// broke (reset or closed by the engine) while the request was written or
-// before the answer began. The engine may have started on it, but nobody
+// ErrNoAnswer marks a request that got no byte of an answer: the engine
+// could not be reached, or the connection broke (reset or closed by the
+// engine) while the request was written or before the answer began. The engine may have started on it, but nobody
 // saw any of its answer, so a request without side effects may be sent
 // elsewhere.
 var ErrNoAnswer = errors.New("no answer from the engine")
@@ -180,7 +180,13 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Response, error) {
 		reused := cn != nil
 		if cn == nil {
 			if cn, err = c.dial(ctx, t); err != nil {
-				return nil, err
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				// Nothing was sent: as safe to send elsewhere as a request
+				// no byte of an answer came back for. A refused
+				// connection still says so (syscall.ECONNREFUSED).
+				return nil, fmt.Errorf("%s %s: %w: %w", method, t.addr, ErrNoAnswer, err)
 			}
 		}
 		resp, err := c.exchange(ctx, cn, t, method, req)

@@ -181,6 +181,10 @@ func TestRefused(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("err %v, want ECONNREFUSED", err)
 	}
+	// Nothing was sent: the request may go elsewhere.
+	if !errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("err %v, want ErrNoAnswer", err)
+	}
 }
 
 // rawServer serves each connection with serve, counting requests.
