@@ -232,10 +232,14 @@ func TestRun(t *testing.T) {
 	models := []string{"a"}
 	ticks := make(chan time.Time)
 	waits := make(chan time.Duration)
+	stopped := make(chan struct{}) // closed once the test no longer reads waits
 	c := &Checker{Client: e.Client(), Every: time.Minute,
 		Now: func() time.Time { return time.Unix(0, now.Load()) },
 		After: func(d time.Duration) <-chan time.Time {
-			waits <- d
+			select {
+			case waits <- d:
+			case <-stopped:
+			}
 			return ticks
 		},
 		Models: func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), models...) },
@@ -274,6 +278,7 @@ func TestRun(t *testing.T) {
 	if n := asked.Load(); n != 3 {
 		t.Fatalf("asked %d times after a minute", n)
 	}
+	close(stopped)
 	cancel()
 	select {
 	case ticks <- time.Time{}:
