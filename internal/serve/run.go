@@ -365,6 +365,7 @@ type Service struct {
 	cancel    context.CancelFunc
 	http      *http.Server
 	adminHTTP *http.Server // nil without --admin-listen
+	quiet     quietConns   // connections of http and adminHTTP
 	wg        sync.WaitGroup
 	ownBus    bool
 }
@@ -486,11 +487,11 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	}
 	mux := http.NewServeMux()
 	svc.Server.Mount(mux)
-	svc.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	svc.http = newHTTPServer(mux, &svc.quiet)
 	if adminLn != nil {
 		amux := http.NewServeMux()
 		(&admin.Views{Router: r, Front: svc.Server, Gatherer: reg, Learn: learner, Tokenizer: o.tokenizerName(), Check: check}).Mount(amux)
-		svc.adminHTTP = &http.Server{Handler: amux, ReadHeaderTimeout: 10 * time.Second}
+		svc.adminHTTP = newHTTPServer(amux, &svc.quiet)
 	}
 
 	ctx, svc.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -563,15 +564,9 @@ func housekeep(ctx context.Context, r *router.Router, l *hints.Learner, o Option
 func (svc *Service) Close() error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := svc.http.Shutdown(sctx)
-	if err != nil {
-		// Streams still running past the grace period are cut.
-		svc.http.Close()
-	}
+	err := shutdown(sctx, svc.http)
 	if svc.adminHTTP != nil {
-		if aerr := svc.adminHTTP.Shutdown(sctx); aerr != nil {
-			svc.adminHTTP.Close()
-		}
+		shutdown(sctx, svc.adminHTTP)
 	}
 	svc.cancel()
 	svc.wg.Wait()
