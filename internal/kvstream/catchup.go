@@ -8,8 +8,8 @@ package kvstream
 // 0), or nil when CatchUp is off or key is known already. Until the answer
 // arrives, live messages are held; the answer is delivered as history
 // (every replayed batch, up to the held ones), and the held ones follow.
-// With none held, a live message among the batches the answer delivered
-// is a copy of the history, sent before the replay was answered and read
+// With none held, a live message at or below the last batch delivered is
+// a copy of the history, sent before the replay was answered and read
 // after it, until a newer one arrives or the connection is made anew
 // (Reconnect). An answer that delivered nothing leaves key as if unknown.
 func (t *Tracker) Start(key string) *ReplayRequest {
@@ -20,7 +20,7 @@ func (t *Tracker) Start(key string) *ReplayRequest {
 		t.keys = make(map[string]*keyState)
 	}
 	t.nextID++
-	t.keys[key] = &keyState{fresh: true, replay: &replayState{id: t.nextID, rounds: 1, open: true}}
+	t.keys[key] = &keyState{fresh: true, replay: &replayState{id: t.nextID, rounds: 1}}
 	return &ReplayRequest{ID: t.nextID, Key: key, From: 0}
 }
 

@@ -43,9 +43,8 @@ const (
 //     publisher answered before buffering it, so it is asked again instead.
 //   - Outcomes of abandoned replays are ignored (matched by ReplayRequest.ID).
 //   - With CatchUp, a publisher's history is asked for before any live
-//     message at its first connection (Start), and what it published while
-//     its connection was down is asked for at once when the connection is
-//     made anew (Reconnect).
+//     message at its first connection (Start), and again from seq 0 when
+//     the connection is made anew (Reconnect).
 type Tracker struct {
 	// MaxHeld: see DefaultMaxHeld. Zero means DefaultMaxHeld.
 	MaxHeld int
@@ -84,11 +83,9 @@ type keyState struct {
 	last   uint64 // last delivered seq
 	fresh  bool   // nothing delivered yet: a catch-up replay from seq 0 runs
 	replay *replayState
-	// unanchored: a catch-up delivered copyFrom..last with no live message
-	// to bound it, and no live message has been delivered since: a live
-	// seq in that range is a copy of a replayed batch (see Start).
+	// unanchored: a catch-up at start delivered up to last and no live
+	// message has been delivered since (see Start).
 	unanchored bool
-	copyFrom   uint64
 }
 
 type replayState struct {
@@ -97,11 +94,7 @@ type replayState struct {
 	topic  string    // topic of the live message that opened the gap
 	gaps   []span    // open gaps, ascending, all above last
 	held   []Message // live messages, ascending, above last
-	top    uint64    // highest live seq seen, == held[len(held)-1].Seq, or last
-	// open: no live message of the current connection bounds the replay (a
-	// catch-up, at start or at a reconnect): replayed batches above top
-	// are taken, since they will not arrive live.
-	open bool
+	top    uint64    // highest live seq seen, == held[len(held)-1].Seq
 }
 
 type span struct {
@@ -120,7 +113,7 @@ func (t *Tracker) Live(dst []Item, key string, m Message, canReplay bool) ([]Ite
 		st = nil
 	}
 	if st != nil && st.unanchored && st.replay == nil {
-		if m.Seq >= st.copyFrom && m.Seq <= st.last {
+		if m.Seq <= st.last {
 			return dst, nil // a live copy of a batch the catch-up delivered
 		}
 		st.unanchored = false
@@ -175,17 +168,10 @@ func (t *Tracker) openReplay(dst []Item, st *keyState, key string, m Message, g 
 
 func (t *Tracker) liveReplaying(dst []Item, st *keyState, key string, m Message) ([]Item, *ReplayRequest) {
 	r := st.replay
-	if r.open {
-		// The first live message of the connection bounds the catch-up.
-		r.open = false
-		if len(r.held) == 0 {
-			r.topic = m.Topic
-			if st.fresh {
-				// Nothing delivered yet: it anchors the stream.
-				r.held, r.top = append(r.held, m), m.Seq
-				return dst, nil
-			}
-		}
+	if len(r.held) == 0 && st.fresh {
+		// A catch-up at start: the first live message anchors the stream.
+		r.topic, r.held, r.top = m.Topic, append(r.held, m), m.Seq
+		return dst, nil
 	}
 	switch {
 	case m.Seq > r.top && m.Seq-r.top == 1:
@@ -254,12 +240,6 @@ func (t *Tracker) maxHeld() int {
 // resolve merges replayed batches into the held ones and delivers them.
 func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Message, complete, canReplay bool) ([]Item, *ReplayRequest) {
 	r := st.replay
-	// What a catch-up delivers above copyFrom, no live message bounding it,
-	// may arrive live again (see Start).
-	var copyFrom uint64
-	if len(r.held) > 0 || !st.fresh {
-		copyFrom = r.top + 1
-	}
 	// Held first so that the stable sort keeps the live copy of a seq.
 	cand := make([]Message, 0, len(r.held)+len(replayed))
 	cand = append(cand, r.held...)
@@ -269,9 +249,9 @@ func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Messa
 		if !haveReplayed || m.Seq > maxReplayed {
 			maxReplayed, haveReplayed = m.Seq, true
 		}
-		// With no live message bounding it (a catch-up that none anchored
-		// yet) every replayed batch after the last delivered is taken.
-		if (st.fresh || m.Seq > st.last) && (m.Seq <= r.top || r.open) {
+		// With nothing held (a catch-up at start that no live message
+		// anchored yet) every replayed batch is history.
+		if (st.fresh || m.Seq > st.last) && (m.Seq <= r.top || len(r.held) == 0) {
 			cand = append(cand, Message{Key: key, Topic: r.topic, Seq: m.Seq, Payload: m.Payload, Replayed: true})
 		}
 	}
@@ -314,8 +294,7 @@ func (t *Tracker) resolve(dst []Item, st *keyState, key string, replayed []Messa
 			gi++
 		}
 	}
-	st.unanchored = r.open && !st.fresh && st.last >= copyFrom
-	st.copyFrom = copyFrom
+	st.unanchored = len(r.held) == 0 && !st.fresh
 	st.replay = nil
 	return dst, nil
 }
