@@ -210,7 +210,7 @@ func (c *Core) apply(r *rank, steps []step) {
 		run = append(run, op)
 	}
 	if r.suspended != nil {
-		r.suspended.record(steps, r.Owner)
+		r.suspended.record(steps)
 	}
 	for _, st := range steps {
 		if st.to != toShard && st.op.Kind == index.OpRemove && r.HasOwner {

@@ -4,8 +4,6 @@ package ingest
 
 import (
 	"slices"
-
-	"kvrouter/internal/index"
 )
 
 // maxSuspended bounds the blocks a suspension records; past it the record
@@ -30,12 +28,12 @@ type suspension struct {
 
 // record keeps the steps of batch that reach the owner, copied (a batch's
 // slices alias the decoded message).
-func (s *suspension) record(batch []step, owner index.Source) {
+func (s *suspension) record(batch []step) {
 	if s.lost {
 		return
 	}
 	for _, st := range batch {
-		if st.to == toWorker || (st.to == toOwner && st.src != owner) {
+		if st.to == toWorker {
 			continue
 		}
 		s.blocks += max(len(st.op.Hashes), 1)
@@ -55,12 +53,15 @@ func (s *suspension) record(batch []step, owner index.Source) {
 // what its stream brought since the suspension began.
 func (c *Core) resume(r *rank) {
 	s := r.suspended
-	if s == nil || len(s.steps) == 0 {
+	switch {
+	case s == nil:
 		return
-	}
-	if s.lost {
+	case s.lost:
+		// Its steps were given up: the check must come before theirs.
 		c.log.Info("ingest: too many runner stores since the engine-level signal to apply again; the owner rebuilds from what comes next",
 			"dp_rank", r.DP, "max_blocks", maxSuspended)
+		return
+	case len(s.steps) == 0:
 		return
 	}
 	steps := s.steps
