@@ -93,7 +93,7 @@ func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
 	var err error
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, openAttemptTimeout)
-		kv, err = n.createOrUpdate(actx)
+		kv, err = n.createOrOpen(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || attempt == openAttempts {
 			break
@@ -109,18 +109,15 @@ func (n *NATS) open(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
-func (n *NATS) createOrUpdate(ctx context.Context) (jetstream.KeyValue, error) {
+// createOrOpen opens the bucket, creating it when missing; an existing
+// one, a degraded cluster's included, is taken as it is (existing).
+func (n *NATS) createOrOpen(ctx context.Context) (jetstream.KeyValue, error) {
 	if kv, err := n.existing(ctx); kv != nil || err != nil {
 		return kv, err
 	}
 	cfg := n.config()
 	kv, err := n.js.CreateKeyValue(ctx, cfg)
 	if cannotPlace(err) {
-		// An existing bucket is taken as it is: updated to one replica it
-		// would lose the copies a degraded cluster still has.
-		if kv, err := n.existing(ctx); kv != nil || err != nil {
-			return kv, err
-		}
 		n.log.Info("discovery: the NATS server is not a cluster of 3 or more JetStream servers; registrations are held by one server",
 			"bucket", n.cfg.Bucket)
 		one := cfg
