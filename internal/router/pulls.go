@@ -10,8 +10,9 @@ import (
 
 // pulls counts the blocks of hinted pulls not finished yet, per source: a
 // burst hinted to one source shares its transfer, and a pull that queues
-// behind others can cost more than recomputing. It has a lock of its own:
-// only hinted requests take it exclusively.
+// behind others can cost more than recomputing. It has a lock of its own,
+// held for a map access: hint selection reads it, hinted requests write
+// it, and neither should wait on the router's.
 type pulls struct {
 	mu    sync.Mutex
 	bySrc map[index.Source]int
